@@ -1,0 +1,44 @@
+"""Every well-known name the bridge reads or writes, in one place.
+
+The strings are the ones Slinky's slurm-bridge uses, unchanged, so manifests,
+Kyverno policies and `squeue`/`scontrol` habits written for it keep working.
+"""
+
+from typing import Final
+
+DEFAULT_SCHEDULER_NAME: Final = "slurm-bridge-scheduler"
+DEFAULT_PARTITION: Final = "slurm-bridge"
+DEFAULT_MCS_LABEL: Final = "kubernetes"
+
+SCHEDULER_PREFIX: Final = "scheduler.slinky.slurm.net/"
+SLURMJOB_PREFIX: Final = "slurmjob.slinky.slurm.net/"
+
+# Pod label with the Slurm job id; the same value on every pod of one job.
+LABEL_SLURM_JOB_ID: Final = SCHEDULER_PREFIX + "slurm-jobid"
+# Pod annotation with the Kubernetes node picked from the Slurm allocation.
+ANNOTATION_SLURM_NODE: Final = "slinky.slurm.net/slurm-node"
+# Added before a job is submitted, removed once the job is gone: a pod cannot
+# disappear while a Slurm job still holds resources for it.
+FINALIZER: Final = SCHEDULER_PREFIX + "finalizer"
+
+# Node side.
+TAINT_MANAGED_NODE: Final = "slinky.slurm.net/managed-node"
+LABEL_SLURM_NODE_NAME: Final = "slinky.slurm.net/slurm-nodename"
+LABEL_EXTERNAL_NODE: Final = SCHEDULER_PREFIX + "external-node"
+ANNOTATION_EXTERNAL_NODE_PARTITIONS: Final = SCHEDULER_PREFIX + "external-node-partitions"
+ANNOTATION_TOPOLOGY_SPEC: Final = "topology.slinky.slurm.net/spec"
+
+# Extended resources that become `gres/gpu=N`.
+GPU_RESOURCES: Final = ("nvidia.com/gpu", "amd.com/gpu")
+DRA_RESOURCE_PREFIX: Final = "deviceclass.resource.kubernetes.io/"
+DRA_CPU_CLASS: Final = "dra.cpu"
+SUPPORTED_DRA_CLASSES: Final = frozenset({DRA_CPU_CLASS, "gpu.nvidia.com", "gpu.example.com"})
+
+# The pod condition the bridge writes while a pod waits for (or fails) placement,
+# the one kube-scheduler writes too, so `kubectl describe` shows it where users look.
+CONDITION_POD_SCHEDULED: Final = "PodScheduled"
+
+# Slurm job flag that makes a placeholder job no slurmd ever launches.
+EXTERNAL_JOB_FLAG: Final = "EXTERNAL_JOB"
+# Prefix of every drain reason the bridge sets; a drain without it is an admin's.
+DRAIN_REASON_PREFIX: Final = "slurm-bridge: "

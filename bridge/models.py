@@ -1,0 +1,185 @@
+"""Messages between the watchers, the workflows and the activities.
+
+Small pydantic models only (they cross the Temporal data converter and end up
+in workflow histories, so they stay compact and never carry secrets).
+"""
+
+import json
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class PodRef(Frozen):
+    namespace: str
+    name: str
+    uid: str
+
+    @property
+    def key(self) -> str:
+        """`namespace/name`, the form used in the job's admin_comment."""
+        return f"{self.namespace}/{self.name}"
+
+
+class NoValNumber(Frozen):
+    """Slurm's optional number: {set, infinite, number}."""
+
+    set: bool = True
+    infinite: bool = False
+    number: int = 0
+
+
+class JobDescription(BaseModel):
+    """The job_desc_msg the bridge submits, with Slurm REST v0.0.44 field names.
+
+    Only fields the bridge sets; `to_slurm()` drops the unset ones, so the JSON
+    is exactly what goes over the wire (and what `explain` prints).
+    """
+
+    name: str
+    flags: list[str]
+    admin_comment: str
+    partition: str
+    nodes: str
+    minimum_nodes: int
+    maximum_nodes: int
+    tasks_per_node: int = 1
+    cpus_per_task: int | None = None
+    memory_per_node: NoValNumber | None = None
+    tres_per_node: str | None = None
+    shared: list[str] = Field(default_factory=list)
+    mcs_label: str | None = None
+    current_working_directory: str = "/tmp"
+    account: str | None = None
+    constraints: str | None = None
+    group_id: str | None = None
+    user_id: str | None = None
+    licenses: str | None = None
+    priority: NoValNumber | None = None
+    qos: str | None = None
+    reservation: str | None = None
+    time_limit: NoValNumber | None = None
+    wckey: str | None = None
+    excluded_nodes: list[str] | None = None
+    # The placement workflow's id: ties the job to exactly one placement (a pod
+    # re-created under the same name gets another), and lets `squeue -o %k`
+    # users find the placement in the Temporal UI.
+    comment: str | None = None
+
+    def to_slurm(self) -> dict[str, object]:
+        return self.model_dump(exclude_none=True)
+
+    @property
+    def pod_keys(self) -> list[str]:
+        return list(admin_comment_pods(self.admin_comment) or [])
+
+
+def admin_comment_for(pod_keys: list[str]) -> str:
+    # Compact separators: byte-identical to upstream's Go json.Marshal output.
+    return json.dumps({"pods": pod_keys}, separators=(",", ":"))
+
+
+def admin_comment_pods(admin_comment: str | None) -> list[str] | None:
+    """Pod keys of a bridge job, or None for a job that is not ours.
+
+    Stricter than upstream on purpose: any JSON object counted as a bridge job
+    there, so a foreign job with a JSON admin_comment could be cancelled.
+    """
+    if not admin_comment:
+        return None
+    try:
+        decoded = json.loads(admin_comment)
+    except ValueError:
+        return None
+    if not isinstance(decoded, dict) or set(decoded) != {"pods"}:
+        return None
+    pods = decoded["pods"]
+    if not isinstance(pods, list) or not pods or not all(isinstance(p, str) and "/" in p for p in pods):
+        return None
+    return pods
+
+
+PLACEMENT_ID_PREFIX = "placement/"
+
+
+class PlacementRequest(Frozen):
+    """Input of a placement workflow: the pods it places (one, for a bare pod)."""
+
+    group: str  # human-readable identity: "ns/pod" for a bare pod
+    namespace: str
+    pods: list[PodRef]
+
+
+class PodEvent(Frozen):
+    """A change of a pod, as the pod watcher saw it."""
+
+    pod: PodRef
+    phase: str = "Pending"
+    node_name: str | None = None
+    deleting: bool = False  # deletionTimestamp set
+    deletion_grace_seconds: int = 30
+    gone: bool = False  # the object no longer exists
+    resource_version: str = ""
+
+    @property
+    def terminal(self) -> bool:
+        return self.gone or self.phase in ("Succeeded", "Failed")
+
+
+JobStateName = str
+
+
+class JobEvent(Frozen):
+    """A change of a Slurm job, as the central job watcher saw it."""
+
+    job_id: int
+    states: list[JobStateName]
+    reason: str = ""
+    nodes: list[str] = Field(default_factory=list)  # Slurm node names, in allocation order
+    gone: bool = False  # Slurm no longer knows the job
+
+    @property
+    def running(self) -> bool:
+        return not self.gone and "RUNNING" in self.states
+
+    @property
+    def pending(self) -> bool:
+        return not self.gone and "PENDING" in self.states
+
+    @property
+    def summary(self) -> str:
+        if self.gone:
+            return "gone"
+        state = "+".join(self.states) or "UNKNOWN"
+        return f"{state} ({self.reason})" if self.reason and self.reason != "None" else state
+
+
+class SubmitResult(Frozen):
+    job_id: int
+    created: bool  # False: an existing job for these pods was adopted
+
+
+Phase = Literal["Translating", "Submitted", "Pending", "Running", "Bound", "Cleaning", "Done", "Failed"]
+
+
+class PhaseChange(Frozen):
+    phase: Phase
+    at: str  # ISO timestamp (workflow time)
+    detail: str = ""
+
+
+class PlacementState(BaseModel):
+    """What the `state` query returns: where a placement is and how it got there."""
+
+    group: str
+    phase: Phase = "Translating"
+    job_id: int | None = None
+    job_state: str = ""
+    pending_reason: str = ""
+    nodes: list[str] = Field(default_factory=list)
+    failure: str = ""
+    history: list[PhaseChange] = Field(default_factory=list)

@@ -1,0 +1,160 @@
+"""Pods (and the workload that owns them) → the Slurm external job that represents them.
+
+Pure: the caller reads the pods and owners, this decides the job. The order of
+precedence is upstream's: derived from the workload shape, then from the pods'
+resources, then annotations override everything.
+"""
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from bridge import keys
+from bridge.annotations import AnnotationError, JobAnnotations, parse_job_annotations
+from bridge.models import JobDescription, NoValNumber, admin_comment_for
+from bridge.quantity import mebibytes, whole_cpus
+from bridge.resources import DRA_CPU, Pod, PodSpecError, placement_problems, pod_resources
+
+
+class TranslationError(ValueError):
+    """The pods cannot become a Slurm job; the message says why and how to fix it."""
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """Deployment-wide settings the translation needs."""
+
+    partition: str = keys.DEFAULT_PARTITION
+    mcs_label: str = keys.DEFAULT_MCS_LABEL
+
+
+@dataclass(frozen=True)
+class GroupShape:
+    """What the owning workload says about the job before resources and annotations."""
+
+    name: str
+    min_nodes: int | None = None
+    max_nodes: int | None = None
+    time_limit_minutes: int | None = None
+    cpus_per_task: int | None = None  # a floor, e.g. PodGroup spec.minResources
+    memory_mib: int | None = None
+
+
+def pod_key(pod: Pod) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace')}/{meta.get('name')}"
+
+
+def _largest_gpu(limits: Mapping[str, Fraction]) -> str | None:
+    """`gres/gpu=N` from device-plugin GPUs, `gres/gpu:<class>=N` from DRA; the largest count wins."""
+    best: tuple[Fraction, str] | None = None
+    for name, quantity in limits.items():
+        if quantity <= 0:
+            continue
+        if name in keys.GPU_RESOURCES:
+            candidate = "gres/gpu"
+        elif name.startswith(keys.DRA_RESOURCE_PREFIX) and name != DRA_CPU:
+            candidate = "gres/gpu:" + name.removeprefix(keys.DRA_RESOURCE_PREFIX)
+        else:
+            continue
+        if best is None or quantity > best[0]:
+            best = (quantity, candidate)
+    return f"{best[1]}={whole_cpus(best[0])}" if best else None
+
+
+def _no_val(number: int | None) -> NoValNumber | None:
+    return NoValNumber(number=number) if number is not None else None
+
+
+def build_job(
+    pods: Sequence[Pod],
+    *,
+    annotations: Mapping[str, str] | None,
+    shape: GroupShape,
+    defaults: Defaults,
+    excluded_nodes: Sequence[str] = (),
+) -> JobDescription:
+    """The job_desc_msg for a group of pods placed together, one pod per node."""
+    if not pods:
+        raise TranslationError(f"{shape.name}: no pods to place")
+    problems: list[str] = []
+    for pod in pods:
+        problems += [f"pod {pod_key(pod)}: {p}" for p in placement_problems(pod)]
+    try:
+        overrides = parse_job_annotations(annotations)
+    except AnnotationError as error:
+        problems += [str(p) for p in error.problems]
+        overrides = JobAnnotations()
+    if problems:
+        raise TranslationError("; ".join(problems))
+
+    cpus, memory, gres = shape.cpus_per_task, shape.memory_mib, None
+    for pod in pods:
+        try:
+            resources = pod_resources(pod)
+        except PodSpecError as error:  # pragma: no cover - placement_problems reported it already
+            raise TranslationError(str(error)) from error
+        wanted = {
+            name: max(resources.requests.get(name, Fraction(0)), resources.limits.get(name, Fraction(0)))
+            for name in ("cpu", DRA_CPU, "memory")
+        }
+        pod_cpus = whole_cpus(max(wanted["cpu"], wanted[DRA_CPU]))
+        if pod_cpus > 0:
+            cpus = max(cpus or 0, pod_cpus)
+        if wanted["memory"] > 0:
+            memory = max(memory or 0, mebibytes(wanted["memory"]))
+        gres = _largest_gpu(resources.limits) or gres
+
+    count = len(pods)
+    min_nodes = overrides.min_nodes or shape.min_nodes or count
+    max_nodes = overrides.max_nodes or shape.max_nodes or count
+    if overrides.time_limit_infinite:
+        time_limit: NoValNumber | None = NoValNumber(infinite=True)
+    else:
+        time_limit = _no_val(overrides.time_limit_minutes or shape.time_limit_minutes)
+    if min_nodes > max_nodes:
+        raise TranslationError(
+            f"{shape.name}: minimum nodes ({min_nodes}) exceed maximum nodes ({max_nodes}); "
+            f"check the {keys.SLURMJOB_PREFIX}min-nodes and max-nodes annotations"
+        )
+    return JobDescription(
+        name=overrides.job_name or shape.name,
+        flags=[keys.EXTERNAL_JOB_FLAG],
+        admin_comment=admin_comment_for([pod_key(p) for p in pods]),
+        partition=overrides.partition or defaults.partition,
+        nodes=str(count),
+        minimum_nodes=min_nodes,
+        maximum_nodes=max_nodes,
+        tasks_per_node=1,
+        cpus_per_task=overrides.cpu_per_task or cpus,
+        memory_per_node=_no_val(overrides.mem_per_node_mib or memory),
+        tres_per_node=overrides.gres or gres,
+        shared=[] if overrides.exclusive is False else ["none"],
+        mcs_label=defaults.mcs_label or None,
+        account=overrides.account,
+        constraints=overrides.constraints,
+        group_id=overrides.group_id,
+        user_id=overrides.user_id,
+        licenses=overrides.licenses,
+        priority=_no_val(overrides.priority),
+        qos=overrides.qos,
+        reservation=overrides.reservation,
+        time_limit=time_limit,
+        wckey=overrides.wckey,
+        excluded_nodes=sorted(excluded_nodes) or None,
+    )
+
+
+def build_pod_job(
+    pod: Mapping[str, Any], *, defaults: Defaults, excluded_nodes: Sequence[str] = ()
+) -> JobDescription:
+    """A bare pod (no supported owning workload): its own annotations, one node."""
+    meta = pod.get("metadata") or {}
+    return build_job(
+        [pod],
+        annotations=meta.get("annotations"),
+        shape=GroupShape(name=pod_key(pod)),
+        defaults=defaults,
+        excluded_nodes=excluded_nodes,
+    )

@@ -1,0 +1,172 @@
+import json
+from typing import Any
+
+import pytest
+
+from bridge.resources import pod_resources
+from bridge.translate import Defaults, TranslationError, build_pod_job
+
+P = "slurmjob.slinky.slurm.net/"
+
+
+def pod(
+    containers: list[dict[str, Any]], annotations: dict[str, str] | None = None, **spec: Any
+) -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": "team-a", "name": "trainer", "uid": "u1", "annotations": annotations or {}},
+        "spec": {"containers": containers, **spec},
+    }
+
+
+def container(
+    name: str = "main",
+    requests: dict[str, str] | None = None,
+    limits: dict[str, str] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    return {"name": name, "resources": {"requests": requests or {}, "limits": limits or {}}, **extra}
+
+
+def test_plain_pod_becomes_an_exclusive_one_node_external_job() -> None:
+    job = build_pod_job(pod([container(requests={"cpu": "1500m", "memory": "1Gi"})]), defaults=Defaults())
+    assert job.to_slurm() == {
+        "name": "team-a/trainer",
+        "flags": ["EXTERNAL_JOB"],
+        "admin_comment": '{"pods":["team-a/trainer"]}',
+        "partition": "slurm-bridge",
+        "nodes": "1",
+        "minimum_nodes": 1,
+        "maximum_nodes": 1,
+        "tasks_per_node": 1,
+        "cpus_per_task": 2,
+        "memory_per_node": {"set": True, "infinite": False, "number": 1024},
+        "shared": ["none"],
+        "mcs_label": "kubernetes",
+        "current_working_directory": "/tmp",
+    }
+    assert json.loads(job.admin_comment) == {"pods": ["team-a/trainer"]}
+
+
+def test_cpus_are_the_larger_of_requests_and_limits() -> None:
+    job = build_pod_job(pod([container(requests={"cpu": "1"}, limits={"cpu": "3"})]), defaults=Defaults())
+    assert job.cpus_per_task == 3
+
+
+def test_sidecars_add_up_and_init_containers_peak() -> None:
+    spec_pod = pod(
+        [container("a", requests={"cpu": "1", "memory": "100Mi"}), container("b", requests={"cpu": "1"})],
+        initContainers=[
+            container("setup", requests={"cpu": "4", "memory": "50Mi"}),
+            container("proxy", requests={"cpu": "1", "memory": "10Mi"}, restartPolicy="Always"),
+        ],
+        overhead={"memory": "5Mi"},
+    )
+    resources = pod_resources(spec_pod)
+    # regular 2 CPUs + sidecar 1 = 3 < init peak 4; memory 100 + 10 sidecar + 5 overhead
+    job = build_pod_job(spec_pod, defaults=Defaults())
+    assert job.cpus_per_task == 4
+    assert job.memory_per_node is not None
+    assert job.memory_per_node.number == 115
+    assert resources.requests["cpu"] == 4
+
+
+def test_pod_level_resources_win() -> None:
+    job = build_pod_job(
+        pod([container(requests={"cpu": "1"})], resources={"limits": {"cpu": "6", "memory": "2Gi"}}),
+        defaults=Defaults(),
+    )
+    assert (job.cpus_per_task, job.memory_per_node and job.memory_per_node.number) == (6, 2048)
+
+
+def test_gpus_become_gres_and_the_largest_count_wins() -> None:
+    job = build_pod_job(
+        pod([container(limits={"nvidia.com/gpu": "2"}), container("b", limits={"amd.com/gpu": "1"})]),
+        defaults=Defaults(),
+    )
+    # per-resource totals are 2 NVIDIA and 1 AMD: the single largest count is what Slurm is asked for
+    assert job.tres_per_node == "gres/gpu=2"
+
+
+def test_dra_gpu_class_becomes_typed_gres() -> None:
+    job = build_pod_job(
+        pod([container(limits={"deviceclass.resource.kubernetes.io/gpu.nvidia.com": "1"})]),
+        defaults=Defaults(),
+    )
+    assert job.tres_per_node == "gres/gpu:gpu.nvidia.com=1"
+
+
+def test_annotations_override_derived_values() -> None:
+    job = build_pod_job(
+        pod(
+            [container(requests={"cpu": "1", "memory": "1Gi"}, limits={"nvidia.com/gpu": "1"})],
+            {
+                P + "partition": "gpu",
+                P + "cpu-per-task": "8",
+                P + "mem-per-node": "64Gi",
+                P + "gres": "gres/gpu:a100=4",
+                P + "exclusive": "false",
+                P + "timelimit": "90",
+                P + "priority": "7",
+                P + "account": "physics",
+                P + "job-name": "my-job",
+            },
+        ),
+        defaults=Defaults(partition="ignored", mcs_label="kubernetes"),
+    )
+    slurm = job.to_slurm()
+    assert slurm["partition"] == "gpu"
+    assert slurm["cpus_per_task"] == 8
+    assert slurm["memory_per_node"] == {"set": True, "infinite": False, "number": 65536}
+    assert slurm["tres_per_node"] == "gres/gpu:a100=4"
+    assert slurm["shared"] == []
+    assert slurm["time_limit"] == {"set": True, "infinite": False, "number": 90}
+    assert slurm["priority"] == {"set": True, "infinite": False, "number": 7}
+    assert slurm["account"] == "physics"
+    assert slurm["name"] == "my-job"
+
+
+def test_excluded_nodes_never_required_nodes() -> None:
+    job = build_pod_job(pod([container()]), defaults=Defaults(), excluded_nodes=["n2", "n1"])
+    slurm = job.to_slurm()
+    assert slurm["excluded_nodes"] == ["n1", "n2"]
+    assert "required_nodes" not in slurm
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"topologySpreadConstraints": [{"maxSkew": 1}]}, "topologySpreadConstraints is not supported"),
+        ({"resourceClaims": [{"name": "gpu"}]}, "resourceClaims is not supported"),
+    ],
+)
+def test_unplaceable_pods_are_refused_with_a_reason(spec: dict[str, Any], message: str) -> None:
+    with pytest.raises(TranslationError, match=message):
+        build_pod_job(pod([container()], **spec), defaults=Defaults())
+
+
+def test_unsupported_dra_class_and_cpu_mix_are_refused() -> None:
+    with pytest.raises(TranslationError) as caught:
+        build_pod_job(
+            pod(
+                [
+                    container(
+                        requests={"cpu": "1"}, limits={"deviceclass.resource.kubernetes.io/fpga.example": "1"}
+                    ),
+                    container("b", requests={"deviceclass.resource.kubernetes.io/dra.cpu": "2"}),
+                ]
+            ),
+            defaults=Defaults(),
+        )
+    assert 'unsupported DRA device class "fpga.example"' in str(caught.value)
+    assert '"cpu" and "deviceclass.resource.kubernetes.io/dra.cpu" cannot both be requested' in str(
+        caught.value
+    )
+
+
+def test_bad_annotation_and_bad_quantity_are_both_reported() -> None:
+    with pytest.raises(TranslationError) as caught:
+        build_pod_job(
+            pod([container(requests={"memory": "lots"})], {P + "min-nodes": "x"}), defaults=Defaults()
+        )
+    assert "memory" in str(caught.value)
+    assert "min-nodes" in str(caught.value)
