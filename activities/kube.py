@@ -1,0 +1,269 @@
+"""Kubernetes side effects of a placement, as Temporal activities.
+
+Every write is idempotent (a retried or replayed activity changes nothing the
+second time) and checks the pod's UID, so a pod deleted and re-created under
+the same name is never touched by the old placement.
+"""
+
+import logging
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.kube_client import MERGE_PATCH, Json, KubeClient, KubeConflict, KubeNotFound, api_path
+from bridge import keys
+from bridge.models import JobDescription, PlacementRequest, PodRef
+from bridge.translate import Defaults, TranslationError, build_pod_job
+
+log = logging.getLogger(__name__)
+STRATEGIC_MERGE = "application/strategic-merge-patch+json"
+
+# ApplicationError types the workflow's retry policies treat as final.
+INVALID_POD = "InvalidPod"
+NODE_NOT_FOUND = "NodeNotFound"
+BOUND_ELSEWHERE = "BoundElsewhere"
+
+
+def now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class KubeSettings:
+    scheduler_name: str = keys.DEFAULT_SCHEDULER_NAME
+    defaults: Defaults = field(default_factory=Defaults)
+
+
+class KubeActivities:
+    def __init__(self, kube: KubeClient, settings: KubeSettings) -> None:
+        self.kube = kube
+        self.settings = settings
+        self.instance = socket.gethostname()
+
+    # -- reading -----------------------------------------------------------
+
+    async def read_pod(self, ref: PodRef) -> Json | None:
+        """The pod, or None when it is gone (or replaced by a namesake)."""
+        try:
+            pod = await self.kube.request("GET", api_path("pods", namespace=ref.namespace, name=ref.name))
+        except KubeNotFound:
+            return None
+        return pod if pod.get("metadata", {}).get("uid") == ref.uid else None
+
+    async def _patch_pod(self, ref: PodRef, patch: Json, *, subresource: str | None = None) -> None:
+        # The uid precondition makes the write fail (409) rather than touch a namesake.
+        path = api_path("pods", namespace=ref.namespace, name=ref.name, subresource=subresource)
+        body = {**patch, "metadata": {**patch.get("metadata", {}), "uid": ref.uid}}
+        content = STRATEGIC_MERGE if subresource == "status" else MERGE_PATCH
+        await self.kube.request("PATCH", path, body=body, content_type=content)
+
+    # -- finalizer ---------------------------------------------------------
+
+    @activity.defn(name="add_finalizer")
+    async def add_finalizer(self, pods: list[PodRef]) -> list[PodRef]:
+        """Protect the pods from vanishing while a Slurm job exists for them; returns the pods still there."""
+        present = []
+        for ref in pods:
+            if await self._edit_finalizers(ref, add=True):
+                present.append(ref)
+        return present
+
+    @activity.defn(name="remove_finalizer")
+    async def remove_finalizer(self, pods: list[PodRef]) -> None:
+        for ref in pods:
+            await self._edit_finalizers(ref, add=False)
+
+    async def _edit_finalizers(self, ref: PodRef, *, add: bool) -> bool:
+        pod = await self.read_pod(ref)
+        if pod is None:
+            return False
+        meta = pod["metadata"]
+        finalizers: list[str] = list(meta.get("finalizers") or [])
+        if add and meta.get("deletionTimestamp"):
+            return False  # being deleted: nothing to place, and new finalizers are refused
+        if (keys.FINALIZER in finalizers) == add:
+            return True
+        finalizers = [*finalizers, keys.FINALIZER] if add else [f for f in finalizers if f != keys.FINALIZER]
+        # resourceVersion makes this a compare-and-swap: a concurrent edit of the
+        # list by someone else gives 409 and the activity retries with a fresh read.
+        patch = {"metadata": {"finalizers": finalizers, "resourceVersion": meta["resourceVersion"]}}
+        try:
+            await self._patch_pod(ref, patch)
+        except KubeNotFound:
+            return False
+        return True
+
+    # -- translation -------------------------------------------------------
+
+    @activity.defn(name="translate")
+    async def translate(self, request: PlacementRequest) -> JobDescription:
+        """Read the pods and build the Slurm job that represents them."""
+        if len(request.pods) != 1:
+            raise ApplicationError("only single pods are supported", type=INVALID_POD, non_retryable=True)
+        pod = await self.read_pod(request.pods[0])
+        if pod is None:
+            raise ApplicationError(f"pod {request.group} is gone", type="PodGone", non_retryable=True)
+        try:
+            return build_pod_job(pod, defaults=self.settings.defaults)
+        except TranslationError as error:
+            raise ApplicationError(str(error), type=INVALID_POD, non_retryable=True) from error
+
+    # -- labels, binding ---------------------------------------------------
+
+    @activity.defn(name="label_job_id")
+    async def label_job_id(self, pods: list[PodRef], job_id: int) -> None:
+        for ref in pods:
+            try:
+                await self._patch_pod(ref, {"metadata": {"labels": {keys.LABEL_SLURM_JOB_ID: str(job_id)}}})
+            except (KubeNotFound, KubeConflict):
+                log.info("pod %s gone before it could be labelled with job %s", ref.key, job_id)
+
+    @activity.defn(name="resolve_nodes")
+    async def resolve_nodes(self, slurm_nodes: list[str]) -> list[str]:
+        """Kubernetes node names for Slurm node names: the slurm-nodename label, else the same name."""
+        listed = await self.kube.request(
+            "GET", api_path("nodes"), query={"labelSelector": keys.LABEL_SLURM_NODE_NAME}
+        )
+        by_label = {
+            item["metadata"]["labels"][keys.LABEL_SLURM_NODE_NAME]: item["metadata"]["name"]
+            for item in listed.get("items", [])
+        }
+        names = []
+        for slurm_name in slurm_nodes:
+            name = by_label.get(slurm_name, slurm_name)
+            if name == slurm_name and slurm_name not in by_label:
+                try:
+                    await self.kube.request("GET", api_path("nodes", name=name))
+                except KubeNotFound:
+                    raise ApplicationError(
+                        f"Slurm allocated node {slurm_name!r}, which matches no Kubernetes node: label the "
+                        f"Kubernetes node with {keys.LABEL_SLURM_NODE_NAME}={slurm_name} or name it the same",
+                        type=NODE_NOT_FOUND,
+                        non_retryable=True,
+                    ) from None
+            names.append(name)
+        return names
+
+    @activity.defn(name="bind_pods")
+    async def bind_pods(self, pods: list[PodRef], nodes: list[str]) -> list[PodRef]:
+        """Bind pod i to node i; returns the pods that were still there to bind."""
+        bound = []
+        for ref, node in zip(pods, nodes, strict=True):
+            if await self._bind(ref, node):
+                bound.append(ref)
+        return bound
+
+    async def _bind(self, ref: PodRef, node: str) -> bool:
+        pod = await self.read_pod(ref)
+        if pod is None or pod["metadata"].get("deletionTimestamp"):
+            return False
+        current = pod.get("spec", {}).get("nodeName")
+        if current:
+            if current == node:
+                return True  # an earlier attempt got there
+            raise ApplicationError(
+                f"pod {ref.key} is already bound to {current}, not to the allocated node {node}",
+                type=BOUND_ELSEWHERE,
+                non_retryable=True,
+            )
+        await self._patch_pod(ref, {"metadata": {"annotations": {keys.ANNOTATION_SLURM_NODE: node}}})
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": ref.name, "namespace": ref.namespace, "uid": ref.uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        try:
+            await self.kube.request(
+                "POST",
+                api_path("pods", namespace=ref.namespace, name=ref.name, subresource="binding"),
+                body=binding,
+            )
+        except KubeConflict:
+            # Bound meanwhile (a retried attempt, or another replica): accept only our node.
+            return await self._bind(ref, node)
+        except KubeNotFound:
+            return False
+        return True
+
+    # -- telling people ----------------------------------------------------
+
+    @activity.defn(name="record_event")
+    async def record_event(
+        self, pods: list[PodRef], reason: str, message: str, warning: bool = False
+    ) -> None:
+        for ref in pods:
+            await self._event(ref, reason, message, warning)
+
+    async def _event(self, ref: PodRef, reason: str, message: str, warning: bool) -> None:
+        stamp = now()
+        event: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{ref.name}.", "namespace": ref.namespace},
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "namespace": ref.namespace,
+                "name": ref.name,
+                "uid": ref.uid,
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": "Warning" if warning else "Normal",
+            "source": {"component": self.settings.scheduler_name},
+            "reportingComponent": self.settings.scheduler_name,
+            "reportingInstance": self.instance,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+        try:
+            await self.kube.request("POST", api_path("events", namespace=ref.namespace), body=event)
+        except KubeNotFound:
+            log.info("namespace of %s gone; event %s dropped", ref.key, reason)
+
+    @activity.defn(name="set_unschedulable")
+    async def set_unschedulable(self, pods: list[PodRef], reason: str, message: str) -> None:
+        """PodScheduled=False with Slurm's reason: what `kubectl describe pod` and `kubectl get` show."""
+        condition = {
+            "type": keys.CONDITION_POD_SCHEDULED,
+            "status": "False",
+            "reason": reason,
+            "message": message[:1024],
+            "lastTransitionTime": now(),
+        }
+        for ref in pods:
+            try:
+                await self._patch_pod(ref, {"status": {"conditions": [condition]}}, subresource="status")
+            except (KubeNotFound, KubeConflict):
+                log.info("pod %s gone; condition %s dropped", ref.key, reason)
+
+    # -- ending ------------------------------------------------------------
+
+    @activity.defn(name="delete_pods")
+    async def delete_pods(self, pods: list[PodRef], reason: str, message: str) -> None:
+        """Delete the pods because their Slurm job ended, saying why on each."""
+        for ref in pods:
+            if await self.read_pod(ref) is None:
+                continue
+            await self._event(ref, reason, message, warning=True)
+            body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": ref.uid}}
+            try:
+                await self.kube.request(
+                    "DELETE", api_path("pods", namespace=ref.namespace, name=ref.name), body=body
+                )
+            except (KubeNotFound, KubeConflict):
+                continue
+
+
+def pod_refs(pods: Sequence[Json]) -> list[PodRef]:
+    return [
+        PodRef(namespace=p["metadata"]["namespace"], name=p["metadata"]["name"], uid=p["metadata"]["uid"])
+        for p in pods
+    ]

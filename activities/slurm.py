@@ -1,0 +1,116 @@
+"""Slurm side effects of a placement, as Temporal activities, around one SlurmClient."""
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.slurm_client import SlurmClient, SlurmNotFound, SlurmRejected
+from bridge.models import PLACEMENT_ID_PREFIX, JobDescription, JobEvent, SubmitResult, admin_comment_pods
+from bridge.slurm_api import JobDescMsg
+
+log = logging.getLogger(__name__)
+
+SLURM_REJECTED = "SlurmRejected"
+# Job states after which Slurm holds nothing for the pods any more.
+ENDED_STATES = frozenset(
+    {
+        "CANCELLED",
+        "COMPLETED",
+        "FAILED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "OUT_OF_MEMORY",
+    }
+)
+
+
+def placement_of(job: BaseModel | Mapping[str, Any]) -> str | None:
+    """The placement workflow a bridge job belongs to, from its comment."""
+    info = job.model_dump(mode="json") if isinstance(job, BaseModel) else job
+    comment = info.get("comment")
+    is_ours = isinstance(comment, str) and comment.startswith(PLACEMENT_ID_PREFIX)
+    if is_ours and admin_comment_pods(info.get("admin_comment")) is not None:
+        return str(comment)
+    return None
+
+
+def job_event(job: BaseModel | Mapping[str, Any]) -> JobEvent:
+    """The bridge's view of a Slurm job_info."""
+    info = job.model_dump(mode="json") if isinstance(job, BaseModel) else dict(job)
+    allocation = ((info.get("job_resources") or {}).get("nodes") or {}).get("allocation") or []
+    nodes = [entry["name"] for entry in allocation if entry.get("name")]
+    return JobEvent(
+        job_id=int(info["job_id"]),
+        states=list(info.get("job_state") or []),
+        reason=str(info.get("state_reason") or ""),
+        nodes=nodes,
+    )
+
+
+def is_live(event: JobEvent) -> bool:
+    return not event.gone and not ENDED_STATES.intersection(event.states)
+
+
+class SlurmActivities:
+    def __init__(self, slurm: SlurmClient) -> None:
+        self.slurm = slurm
+
+    @activity.defn(name="submit_job")
+    async def submit_job(self, job: JobDescription, placement_id: str, since: int) -> SubmitResult:
+        """Submit the external job, unless this placement submitted one already.
+
+        Retries, worker crashes and workflow resets all re-run this activity, so
+        it first looks for a live job carrying this placement's id (comment) and
+        pods (admin_comment). Only jobs changed since `since` (the placement's
+        start, in Unix seconds) are listed: this placement's job cannot be older.
+        """
+        job = job.model_copy(update={"comment": placement_id})
+        existing = await self.find_job(job, since)
+        if existing is not None:
+            log.info("adopting Slurm job %s for %s", existing, job.pod_keys)
+            return SubmitResult(job_id=existing, created=False)
+        try:
+            job_id = await self.slurm.submit_job(JobDescMsg.model_validate(job.to_slurm()))
+        except SlurmRejected as error:
+            raise ApplicationError(
+                f"Slurm rejected the job: {error}", type=SLURM_REJECTED, non_retryable=True
+            ) from error
+        log.info("submitted Slurm job %s for %s", job_id, job.pod_keys)
+        return SubmitResult(job_id=job_id, created=True)
+
+    async def find_job(self, job: JobDescription, since: int) -> int | None:
+        # A minute of slack covers clock skew between the worker and slurmctld.
+        jobs, _ = await self.slurm.list_jobs(update_time=max(since - 60, 0))
+        for candidate in jobs:
+            info = candidate.model_dump(mode="json")
+            if (
+                info.get("comment") == job.comment
+                and admin_comment_pods(info.get("admin_comment")) == job.pod_keys
+                and is_live(job_event(info))
+            ):
+                return int(info["job_id"])
+        return None
+
+    @activity.defn(name="get_job")
+    async def get_job(self, job_id: int) -> JobEvent:
+        try:
+            return job_event(await self.slurm.get_job(job_id))
+        except SlurmNotFound:
+            return JobEvent(job_id=job_id, states=[], gone=True)
+
+    @activity.defn(name="cancel_job")
+    async def cancel_job(self, job_id: int) -> None:
+        """Cancel the job; a job that is already gone or over is fine."""
+        try:
+            current = job_event(await self.slurm.get_job(job_id))
+            if is_live(current):
+                await self.slurm.cancel_job(job_id)
+        except SlurmNotFound:
+            return

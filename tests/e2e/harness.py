@@ -1,0 +1,140 @@
+"""A whole bridge per test: real Temporal, real Slurm, the fake Kubernetes API, real wire.
+
+Each test gets its own Slurm partition with its own external nodes, a fresh
+fake API server whose Node objects carry the same names, a namespace named
+after the partition (so pod keys never collide across tests), and a Bridge
+(worker + pod watcher + job watcher) on its own task queue.
+"""
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from temporalio.client import Client, WorkflowHandle
+
+from activities.kube_client import KubeClient, api_path
+from activities.slurm_client import SlurmClient
+from bridge import keys
+from tests.kube_fake import FakeKubeServer
+from tests.slurm_bed import SlurmTestBed, TestPartition
+from worker.main import Bridge
+from worker.pod_watcher import workflow_id
+from worker.settings import WorkerSettings
+
+T = TypeVar("T")
+Pod = dict[str, Any]
+
+
+def make_pod(
+    namespace: str,
+    name: str,
+    *,
+    cpu: str = "1",
+    memory: str = "256Mi",
+    annotations: dict[str, str] | None = None,
+    scheduler: str = keys.DEFAULT_SCHEDULER_NAME,
+) -> Pod:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"namespace": namespace, "name": name, "annotations": annotations or {}},
+        "spec": {
+            "schedulerName": scheduler,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "busybox",
+                    "resources": {"requests": {"cpu": cpu, "memory": memory}},
+                }
+            ],
+        },
+    }
+
+
+@dataclass
+class Stack:
+    kube: FakeKubeServer
+    temporal: Client
+    slurm: SlurmClient
+    slurm_bed: SlurmTestBed
+    partition: TestPartition
+    settings: WorkerSettings
+    kubeconfig: Path
+    bridge: Bridge | None = None
+    _task: asyncio.Task[None] | None = field(default=None, repr=False)
+
+    @property
+    def namespace(self) -> str:
+        return self.partition.name
+
+    # -- the bridge ------------------------------------------------------------
+
+    async def start_bridge(self) -> Bridge:
+        from activities.kube_client import load_configuration
+
+        kube_client = KubeClient(await load_configuration(str(self.kubeconfig)))
+        self.bridge = Bridge(self.temporal, kube_client, self.slurm, self.settings)
+        self._task = asyncio.create_task(self.bridge.run())
+        await asyncio.wait_for(self.bridge.pod_watcher.synced.wait(), 10)
+        return self.bridge
+
+    async def stop_bridge(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self.bridge is not None:
+            await self.bridge.kube.close()
+        self._task = self.bridge = None
+
+    async def partition_jobs(self) -> list[dict[str, Any]]:
+        """Every job Slurm knows in this test's partition, ended ones included."""
+        jobs, _ = await self.slurm.list_jobs()
+        dumped = [job.model_dump(mode="json") for job in jobs]
+        return [job for job in dumped if job.get("partition") == self.partition.name]
+
+    # -- Kubernetes ------------------------------------------------------------
+
+    def create_pod(self, name: str, **kwargs: Any) -> Pod:
+        return self.kube.create_object("pods", make_pod(self.namespace, name, **kwargs))
+
+    def pod(self, name: str) -> Pod | None:
+        return self.kube.get_object("pods", name, self.namespace)
+
+    async def wait_pod(self, name: str, predicate: Callable[[Pod | None], T], timeout: float = 30) -> T:
+        """Wait (event-driven, on store changes) until predicate(pod) is truthy."""
+        return await self.kube.wait_for_async(lambda: predicate(self.pod(name)), timeout)
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        return [
+            e
+            for e in self.kube.objects("events", self.namespace)
+            if e.get("involvedObject", {}).get("name") == name
+        ]
+
+    def handle(self, pod: Pod) -> WorkflowHandle[Any, Any]:
+        from bridge.models import PodRef
+
+        meta = pod["metadata"]
+        ref = PodRef(namespace=meta["namespace"], name=meta["name"], uid=meta["uid"])
+        return self.temporal.get_workflow_handle(workflow_id(ref))
+
+    def bound_node(self, pod: Pod | None) -> str | None:
+        return (pod or {}).get("spec", {}).get("nodeName")
+
+
+def job_id_of(pod: Pod | None) -> int | None:
+    label = ((pod or {}).get("metadata", {}).get("labels") or {}).get(keys.LABEL_SLURM_JOB_ID)
+    return int(label) if label else None
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+def kube_path(namespace: str, name: str) -> str:
+    return api_path("pods", namespace=namespace, name=name)

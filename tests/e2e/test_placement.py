@@ -1,0 +1,203 @@
+"""A pod placed by real Slurm 26.05, end to end, through every real wire.
+
+Real: Temporal dev server, slurmctld + slurmrestd (JWT), the `kubernetes`
+client over HTTP. Simulated: the Kubernetes API server (tests/kube_fake),
+whose role as kubelet the tests play by setting pod phases.
+"""
+
+from typing import Any
+
+import pytest
+from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
+
+from bridge import keys
+from tests.e2e.conftest import StackFactory
+from tests.e2e.harness import Pod, Stack, job_id_of
+from worker.operations import RetryRefused, retry_placement
+
+pytestmark = pytest.mark.slurm
+
+
+def bound(pod: Pod | None) -> str | None:
+    return (pod or {}).get("spec", {}).get("nodeName")
+
+
+def scheduled_condition(pod: Pod | None) -> dict[str, Any] | None:
+    for condition in (pod or {}).get("status", {}).get("conditions") or []:
+        if condition["type"] == "PodScheduled":
+            return dict(condition)
+    return None
+
+
+def finished_cleanly(pod: Pod | None) -> bool:
+    return pod is None or keys.FINALIZER not in (pod["metadata"].get("finalizers") or [])
+
+
+async def job_states(stack: Stack, job_id: int) -> list[str]:
+    job = (await stack.slurm.get_job(job_id)).model_dump(mode="json")
+    return list(job["job_state"])
+
+
+async def test_pod_is_bound_to_the_node_slurm_allocated_and_job_ends_with_the_pod(
+    make_stack: StackFactory,
+) -> None:
+    stack = await make_stack(nodes=2)
+    created = stack.create_pod("trainer", cpu="2", memory="1Gi")
+
+    pod = await stack.wait_pod("trainer", bound)
+    job_id = job_id_of(pod)
+    assert job_id is not None
+    job = (await stack.slurm.get_job(job_id)).model_dump(mode="json")
+    allocated = [n["name"] for n in job["job_resources"]["nodes"]["allocation"]]
+    assert job["job_state"] == ["RUNNING"]
+    assert bound(pod) == allocated[0]
+    assert pod["metadata"]["annotations"][keys.ANNOTATION_SLURM_NODE] == allocated[0]
+    assert keys.FINALIZER in pod["metadata"]["finalizers"]
+    # What was submitted: the pod's resources, exclusive, our partition, our keys.
+    assert job["admin_comment"] == f'{{"pods":["{stack.namespace}/trainer"]}}'
+    assert job["partition"] == stack.partition.name
+    assert "EXTERNAL_JOB" in job["flags"]
+    assert job["mcs_label"] == "kubernetes"
+
+    stack.kube.set_pod_phase(stack.namespace, "trainer", "Running")
+    stack.kube.set_pod_phase(stack.namespace, "trainer", "Succeeded")
+    await stack.wait_pod("trainer", finished_cleanly)
+    assert "CANCELLED" in await job_states(stack, job_id)
+
+    result = await stack.handle(created).result()
+    assert result.phase == "Done"
+    assert [h.phase for h in result.history] == [
+        "Submitted",
+        "Pending",
+        "Running",
+        "Bound",
+        "Cleaning",
+        "Done",
+    ]
+
+
+async def test_second_pod_waits_for_resources_then_takes_the_freed_node(make_stack: StackFactory) -> None:
+    stack = await make_stack(nodes=1)
+    stack.create_pod("first")
+    first = await stack.wait_pod("first", bound)
+
+    stack.create_pod("second")
+    waiting = await stack.wait_pod(
+        "second", lambda p: (c := scheduled_condition(p)) and c["reason"] == "Resources" and c
+    )
+    assert waiting["status"] == "False"
+    assert "pending: Resources" in waiting["message"]
+    assert bound(stack.pod("second")) is None
+    assert any(e["reason"] == "SlurmJobPending" for e in stack.events("second"))
+
+    stack.kube.set_pod_phase(stack.namespace, "first", "Succeeded")
+    second = await stack.wait_pod("second", bound)
+    assert bound(second) == bound(first)
+
+    stack.kube.set_pod_phase(stack.namespace, "second", "Failed")
+    await stack.wait_pod("first", finished_cleanly)
+    await stack.wait_pod("second", finished_cleanly)
+
+
+async def test_cancelled_job_removes_the_pod_with_an_event(make_stack: StackFactory) -> None:
+    stack = await make_stack(nodes=1)
+    created = stack.create_pod("victim")
+    pod = await stack.wait_pod("victim", bound)
+    job_id = job_id_of(pod)
+    assert job_id is not None
+
+    await stack.slurm.cancel_job(job_id)  # what `scancel` does
+
+    await stack.wait_pod("victim", lambda p: p is None or p["metadata"].get("deletionTimestamp"))
+    events = [e for e in stack.events("victim") if e["reason"] == "SlurmJobEnded"]
+    assert events, "the pod got no event saying why it was deleted"
+    assert f"Slurm job {job_id} is no longer running (CANCELLED" in events[0]["message"]
+    result = await stack.handle(created).result()
+    assert result.phase == "Done"
+
+
+async def test_rejected_job_is_visible_on_the_pod_and_retry_after_fix_places_it(
+    make_stack: StackFactory,
+) -> None:
+    stack = await make_stack(nodes=1)
+    created = stack.create_pod("typo", annotations={keys.SLURMJOB_PREFIX + "partition": "no-such-partition"})
+
+    with pytest.raises(WorkflowFailureError) as failure:
+        await stack.handle(created).result()
+    message = str(failure.value.cause)
+    assert "Slurm rejected the job" in message
+    condition = scheduled_condition(stack.pod("typo"))
+    assert condition is not None
+    assert condition["status"] == "False"
+    assert condition["reason"] == "SlurmRejected"
+    assert "partition" in condition["message"].lower()
+    assert any(e["reason"] == "SlurmRejected" and e["type"] == "Warning" for e in stack.events("typo"))
+    assert finished_cleanly(stack.pod("typo"))  # the finalizer is gone: the user may delete the pod freely
+    assert bound(stack.pod("typo")) is None
+
+    # The user fixes the annotation; the operator retries.
+    def fix(pod: Pod) -> None:
+        pod["metadata"]["annotations"][keys.SLURMJOB_PREFIX + "partition"] = stack.partition.name
+
+    stack.kube.update_object("pods", "typo", fix, stack.namespace)
+    await retry_placement(stack.temporal, stack.pod("typo") or {}, stack.settings.temporal_task_queue)
+    with pytest.raises(RetryRefused, match="still running"):
+        await retry_placement(stack.temporal, stack.pod("typo") or {}, stack.settings.temporal_task_queue)
+    await stack.wait_pod("typo", bound)
+
+    stack.kube.set_pod_phase(stack.namespace, "typo", "Succeeded")
+    await stack.wait_pod("typo", finished_cleanly)
+
+
+async def test_pod_deleted_while_pending_cancels_its_job(make_stack: StackFactory) -> None:
+    stack = await make_stack(nodes=1)
+    stack.create_pod("holder")
+    await stack.wait_pod("holder", bound)
+    created = stack.create_pod("impatient")
+    pending = await stack.wait_pod("impatient", job_id_of)
+
+    stack.kube.delete_object("pods", "impatient", stack.namespace)
+    await stack.wait_pod("impatient", lambda p: p is None)
+    assert "CANCELLED" in await job_states(stack, pending)
+    description = await stack.handle(created).describe()
+    assert description.status == WorkflowExecutionStatus.COMPLETED
+
+    stack.kube.set_pod_phase(stack.namespace, "holder", "Succeeded")
+    await stack.wait_pod("holder", finished_cleanly)
+
+
+async def test_worker_restart_while_waiting_keeps_exactly_one_job(make_stack: StackFactory) -> None:
+    stack = await make_stack(nodes=1)
+    stack.create_pod("first")
+    await stack.wait_pod("first", bound)
+    stack.create_pod("second")
+    job_id = await stack.wait_pod("second", job_id_of)
+
+    await stack.stop_bridge()  # the worker process goes away mid-wait
+    stack.kube.set_pod_phase(stack.namespace, "first", "Succeeded")
+    await stack.start_bridge()
+
+    second = await stack.wait_pod("second", bound)
+    assert job_id_of(second) == job_id
+    jobs_for_second = [
+        j
+        for j in await stack.partition_jobs()
+        if j["admin_comment"] == f'{{"pods":["{stack.namespace}/second"]}}'
+    ]
+    assert [j["job_id"] for j in jobs_for_second] == [job_id]
+
+    stack.kube.set_pod_phase(stack.namespace, "second", "Succeeded")
+    await stack.wait_pod("second", finished_cleanly)
+    await stack.wait_pod("first", finished_cleanly)
+
+
+@pytest.mark.parametrize("limit_minutes", [1])
+async def test_time_limit_removes_the_pod(make_stack: StackFactory, limit_minutes: int) -> None:
+    stack = await make_stack(nodes=1)
+    created = stack.create_pod("short", annotations={keys.SLURMJOB_PREFIX + "timelimit": str(limit_minutes)})
+    await stack.wait_pod("short", bound)
+    # Slurm enforces time limits on its own schedule (about 30 s granularity).
+    await stack.wait_pod("short", lambda p: p is None or p["metadata"].get("deletionTimestamp"), timeout=150)
+    events = [e for e in stack.events("short") if e["reason"] == "SlurmJobEnded"]
+    assert "TIMEOUT" in events[0]["message"]
+    assert (await stack.handle(created).result()).phase == "Done"

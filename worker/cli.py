@@ -1,0 +1,242 @@
+"""`slurm-bridge`: the command line of every component."""
+
+import asyncio
+import dataclasses
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+from urllib.parse import quote
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from worker.settings import ConfigurationError, TemporalSettings, load, load_settings
+
+app = typer.Typer(
+    name="slurm-bridge",
+    help="Scheduled by Slurm, run by Kubernetes: place Kubernetes pods with Slurm external jobs.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+
+def _configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def fail(message: str) -> NoReturn:
+    """One clear line on stderr and a non-zero exit: how every user error ends."""
+    typer.echo(f"slurm-bridge: {message}", err=True)
+    raise typer.Exit(2)
+
+
+@app.command()
+def worker(
+    temporal_address: Annotated[
+        str | None, typer.Option(help="Temporal frontend host:port [TEMPORAL_ADDRESS]")
+    ] = None,
+    temporal_namespace: Annotated[str | None, typer.Option(help="[TEMPORAL_NAMESPACE]")] = None,
+    temporal_task_queue: Annotated[str | None, typer.Option(help="[TEMPORAL_TASK_QUEUE]")] = None,
+    slurm_rest_url: Annotated[str | None, typer.Option(help="slurmrestd base URL [SLURM_REST_URL]")] = None,
+    slurm_user_name: Annotated[str | None, typer.Option(help="X-SLURM-USER-NAME [SLURM_USER_NAME]")] = None,
+    slurm_jwt_file: Annotated[
+        Path | None,
+        typer.Option(help="file holding the Slurm JWT, re-read on every request [SLURM_JWT_FILE]"),
+    ] = None,
+    kubeconfig: Annotated[
+        str | None, typer.Option(help="kubeconfig file; in-cluster if unset [KUBECONFIG]")
+    ] = None,
+    scheduler_name: Annotated[str | None, typer.Option(help="[SCHEDULER_NAME]")] = None,
+    partition: Annotated[str | None, typer.Option(help="default Slurm partition [SLURM_PARTITION]")] = None,
+    mcs_label: Annotated[str | None, typer.Option(help="[MCS_LABEL]")] = None,
+    job_watch_interval: Annotated[
+        float | None, typer.Option(help="seconds between Slurm job-change queries [JOB_WATCH_INTERVAL]")
+    ] = None,
+    metrics_port: Annotated[int | None, typer.Option(help="Prometheus port, 0 = off [METRICS_PORT]")] = None,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning")] = "info",
+) -> None:
+    """Run the Temporal worker with the pod and Slurm job watchers."""
+    try:
+        settings = load_settings(
+            temporal_address=temporal_address,
+            temporal_namespace=temporal_namespace,
+            temporal_task_queue=temporal_task_queue,
+            slurm_rest_url=slurm_rest_url,
+            slurm_user_name=slurm_user_name,
+            slurm_jwt_file=slurm_jwt_file,
+            kubeconfig=kubeconfig,
+            scheduler_name=scheduler_name,
+            partition=partition,
+            mcs_label=mcs_label,
+            job_watch_interval=job_watch_interval,
+            metrics_port=metrics_port,
+        )
+    except ConfigurationError as error:
+        fail(str(error))
+    _configure_logging(log_level)
+    from worker.main import run_worker
+
+    try:
+        asyncio.run(run_worker(settings))
+    except KeyboardInterrupt:
+        pass
+    except (OSError, RuntimeError) as error:
+        fail(f"worker stopped: {error}")
+
+
+TemporalAddress = Annotated[str | None, typer.Option(help="[TEMPORAL_ADDRESS]")]
+TemporalNamespace = Annotated[str | None, typer.Option(help="[TEMPORAL_NAMESPACE]")]
+AsJson = Annotated[bool, typer.Option("--json", help="machine-readable output")]
+
+
+def _temporal_settings(address: str | None, namespace: str | None, **more: Any) -> TemporalSettings:
+    try:
+        return load(TemporalSettings, temporal_address=address, temporal_namespace=namespace, **more)
+    except ConfigurationError as error:
+        fail(str(error))
+
+
+def _split_pod(reference: str) -> tuple[str, str]:
+    namespace, _, name = reference.partition("/")
+    if not namespace or not name:
+        fail(f"{reference!r}: give the pod as namespace/name")
+    return namespace, name
+
+
+async def _connect(settings: TemporalSettings) -> Any:
+    from worker.main import connect_temporal
+
+    try:
+        return await connect_temporal(settings)
+    except RuntimeError as error:
+        fail(f"cannot reach Temporal at {settings.temporal_address}: {error}")
+
+
+@app.command()
+def status(
+    pod: Annotated[str, typer.Argument(help="namespace/name")],
+    temporal_address: TemporalAddress = None,
+    temporal_namespace: TemporalNamespace = None,
+    as_json: AsJson = False,
+) -> None:
+    """Where a pod's placement is: phase, Slurm job and state, pending reason, node, workflow link."""
+    from worker.operations import find_placements, placement_state, placements_query
+
+    settings = _temporal_settings(temporal_address, temporal_namespace)
+    namespace, name = _split_pod(pod)
+
+    async def run() -> dict[str, Any]:
+        client = await _connect(settings)
+        found = await find_placements(client, placements_query(namespace=namespace, name=name), limit=1)
+        if not found:
+            fail(f"no placement found for pod {pod} (is its schedulerName the bridge's?)")
+        state = await placement_state(client, found[0])
+        link = f"{settings.temporal_ui_url}/namespaces/{settings.temporal_namespace}/workflows/" + quote(
+            found[0].workflow_id, safe=""
+        )
+        return {
+            "pod": pod,
+            "workflow_status": found[0].status,
+            **state.model_dump(mode="json"),
+            "link": link,
+        }
+
+    report = asyncio.run(run())
+    if as_json:
+        typer.echo(json.dumps(report, indent=2))
+        return
+    console = Console()
+    table = Table(show_header=False, box=None)
+    for label, key in (
+        ("pod", "pod"),
+        ("phase", "phase"),
+        ("workflow", "workflow_status"),
+        ("Slurm job", "job_id"),
+        ("job state", "job_state"),
+        ("pending reason", "pending_reason"),
+        ("Slurm nodes", "nodes"),
+        ("failure", "failure"),
+        ("link", "link"),
+    ):
+        value = report.get(key)
+        if value not in (None, "", []):
+            table.add_row(f"[bold]{label}[/]", ", ".join(value) if isinstance(value, list) else str(value))
+    console.print(table)
+
+
+@app.command("list")
+def list_placements(
+    phase: Annotated[
+        str | None, typer.Option(help="Translating, Submitted, Pending, Running, Bound, Done, Failed")
+    ] = None,
+    namespace: Annotated[str | None, typer.Option(help="only pods in this namespace")] = None,
+    limit: Annotated[int, typer.Option(help="at most this many")] = 100,
+    temporal_address: TemporalAddress = None,
+    temporal_namespace: TemporalNamespace = None,
+    as_json: AsJson = False,
+) -> None:
+    """Placements, newest first: `slurm-bridge list --phase Failed` shows what needs attention."""
+    from worker.operations import find_placements, placements_query
+
+    settings = _temporal_settings(temporal_address, temporal_namespace)
+
+    async def run() -> list[Any]:
+        client = await _connect(settings)
+        return await find_placements(client, placements_query(namespace=namespace, phase=phase), limit=limit)
+
+    found = asyncio.run(run())
+    if as_json:
+        typer.echo(json.dumps([dataclasses.asdict(p) for p in found], indent=2))
+        return
+    table = Table("pod", "phase", "workflow", "Slurm job", "nodes", "started")
+    for p in found:
+        table.add_row(p.pod, p.phase, p.status, str(p.job_id or ""), ", ".join(p.nodes), p.started)
+    Console().print(table)
+
+
+@app.command()
+def retry(
+    pod: Annotated[str, typer.Argument(help="namespace/name")],
+    temporal_address: TemporalAddress = None,
+    temporal_namespace: TemporalNamespace = None,
+    temporal_task_queue: Annotated[str | None, typer.Option(help="[TEMPORAL_TASK_QUEUE]")] = None,
+    kubeconfig: Annotated[str | None, typer.Option(help="[KUBECONFIG]")] = None,
+) -> None:
+    """Place a pod again after its placement failed (for example once its annotations are fixed)."""
+    from activities.kube_client import KubeClient, KubeError, KubeNotFound, api_path, load_configuration
+    from worker.operations import RetryRefused, retry_placement
+
+    settings = _temporal_settings(
+        temporal_address, temporal_namespace, temporal_task_queue=temporal_task_queue, kubeconfig=kubeconfig
+    )
+    namespace, name = _split_pod(pod)
+
+    async def run() -> str:
+        kube = KubeClient(await load_configuration(settings.kubeconfig))
+        try:
+            body = await kube.request("GET", api_path("pods", namespace=namespace, name=name))
+        except KubeNotFound:
+            fail(f"pod {pod} does not exist")
+        except KubeError as error:
+            fail(f"cannot read pod {pod}: {error}")
+        finally:
+            await kube.close()
+        client = await _connect(settings)
+        try:
+            return await retry_placement(client, body, settings.temporal_task_queue)
+        except RetryRefused as refused:
+            fail(str(refused))
+
+    run_id = asyncio.run(run())
+    typer.echo(f"placement of {pod} started again (run {run_id}); follow it with: slurm-bridge status {pod}")
+
+
+if __name__ == "__main__":
+    app()

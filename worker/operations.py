@@ -1,0 +1,89 @@
+"""Operator actions shared by the CLI and the tests: find, inspect, retry placements."""
+
+from dataclasses import dataclass
+from typing import Any
+
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.service import RPCError, RPCStatusCode
+
+from bridge import search_attributes as sa
+from bridge.models import PlacementState, PodEvent, PodRef
+from worker.pod_watcher import start_placement_workflow, workflow_id
+from workflows.placement import PlacementWorkflow
+
+
+class RetryRefused(Exception):
+    """The placement cannot be retried now; the message says why."""
+
+
+def pod_ref(pod: dict[str, Any]) -> PodRef:
+    meta = pod["metadata"]
+    return PodRef(namespace=meta["namespace"], name=meta["name"], uid=meta["uid"])
+
+
+async def retry_placement(client: Client, pod: dict[str, Any], task_queue: str) -> str:
+    """Start a fresh placement run for a pod whose placement failed or was cancelled."""
+    ref = pod_ref(pod)
+    wid = workflow_id(ref)
+    try:
+        description = await client.get_workflow_handle(wid).describe()
+    except RPCError as error:
+        if error.status != RPCStatusCode.NOT_FOUND:
+            raise
+        description = None
+    if description is not None and description.status == WorkflowExecutionStatus.RUNNING:
+        raise RetryRefused(f"the placement of {ref.key} is still running; nothing to retry")
+    if description is not None and description.status == WorkflowExecutionStatus.COMPLETED:
+        raise RetryRefused(f"the placement of {ref.key} completed; a finished pod is not placed again")
+    if pod.get("spec", {}).get("nodeName") or pod["metadata"].get("deletionTimestamp"):
+        raise RetryRefused(f"pod {ref.key} is bound or being deleted; only pending pods can be placed")
+    event = PodEvent(pod=ref, phase=(pod.get("status") or {}).get("phase") or "Pending")
+    handle = await start_placement_workflow(client, event, task_queue, retry=True)
+    return handle.result_run_id or ""
+
+
+@dataclass(frozen=True)
+class PlacementSummary:
+    workflow_id: str
+    run_id: str
+    status: str
+    pod: str
+    phase: str
+    job_id: int | None
+    nodes: list[str]
+    started: str
+
+
+async def find_placements(client: Client, query: str, limit: int = 100) -> list[PlacementSummary]:
+    """Placements matching a visibility query, newest first."""
+    found = []
+    async for execution in client.list_workflows(query, limit=limit):
+        attributes = execution.typed_search_attributes
+        found.append(
+            PlacementSummary(
+                workflow_id=execution.id,
+                run_id=execution.run_id,
+                status=execution.status.name if execution.status else "UNKNOWN",
+                pod=attributes.get(sa.PLACEMENT_GROUP) or "",
+                phase=attributes.get(sa.PLACEMENT_PHASE) or "",
+                job_id=attributes.get(sa.SLURM_JOB_ID),
+                nodes=list(attributes.get(sa.SLURM_NODES) or []),
+                started=execution.start_time.isoformat(timespec="seconds"),
+            )
+        )
+    return sorted(found, key=lambda p: p.started, reverse=True)
+
+
+def placements_query(
+    *, namespace: str | None = None, name: str | None = None, phase: str | None = None
+) -> str:
+    clauses = [f"WorkflowType = '{PlacementWorkflow.__name__}'"]
+    for key, value in ((sa.POD_NAMESPACE, namespace), (sa.POD_NAME, name), (sa.PLACEMENT_PHASE, phase)):
+        if value:
+            clauses.append(f"{key.name} = '{value.replace(chr(39), '')}'")
+    return " AND ".join(clauses)
+
+
+async def placement_state(client: Client, summary: PlacementSummary) -> PlacementState:
+    handle = client.get_workflow_handle(summary.workflow_id, run_id=summary.run_id)
+    return await handle.query(PlacementWorkflow.current_state)

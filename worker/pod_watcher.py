@@ -1,0 +1,186 @@
+"""Pod watcher: Kubernetes pod changes → placement workflows.
+
+List + watch of the pods that name our scheduler, resumed from the last
+resourceVersion and re-listed when the API server says it is too old (410).
+An unscheduled pod gets its placement workflow (signal-with-start, so starting
+twice, from two replicas or after a restart, is harmless); every change of a pod
+the bridge is involved with is signalled to its workflow.
+
+It also keeps the index pod key → workflow id that the job watcher uses to
+route Slurm job changes (the job's admin_comment names pods, not workflows).
+"""
+
+import asyncio
+import logging
+from typing import Any
+
+from temporalio.client import Client, WorkflowHandle
+from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from activities.kube_client import Json, KubeClient, KubeError, WatchExpired, api_path
+from bridge import keys
+from bridge import search_attributes as sa
+from bridge.models import PlacementRequest, PodEvent, PodRef
+from worker.delivery import LatestPerKey
+from workflows.placement import PlacementWorkflow
+
+log = logging.getLogger(__name__)
+
+
+def workflow_id(pod: PodRef) -> str:
+    return f"placement/{pod.namespace}/{pod.name}/{pod.uid}"
+
+
+def pod_event(pod: Json, *, gone: bool = False) -> PodEvent:
+    meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
+    return PodEvent(
+        pod=PodRef(namespace=meta["namespace"], name=meta["name"], uid=meta["uid"]),
+        phase=status.get("phase") or "Pending",
+        node_name=spec.get("nodeName") or None,
+        deleting=bool(meta.get("deletionTimestamp")),
+        deletion_grace_seconds=int(
+            meta.get("deletionGracePeriodSeconds") or spec.get("terminationGracePeriodSeconds") or 30
+        ),
+        gone=gone,
+        resource_version=meta.get("resourceVersion", ""),
+    )
+
+
+def wants_placement(event: PodEvent) -> bool:
+    return not event.node_name and not event.deleting and not event.terminal
+
+
+def bridge_involved(pod: Json) -> bool:
+    meta = pod["metadata"]
+    return keys.FINALIZER in (meta.get("finalizers") or []) or keys.LABEL_SLURM_JOB_ID in (
+        meta.get("labels") or {}
+    )
+
+
+class PodWatcher:
+    def __init__(self, kube: KubeClient, temporal: Client, *, task_queue: str, scheduler_name: str) -> None:
+        self.kube = kube
+        self.temporal = temporal
+        self.task_queue = task_queue
+        self.scheduler_name = scheduler_name
+        self.workflow_of: dict[str, str] = {}  # "ns/name" → workflow id
+        self.synced = asyncio.Event()  # set once the first full list is indexed
+        self._signature: dict[str, tuple[Any, ...]] = {}
+        self._delivery: LatestPerKey[tuple[PodEvent, bool]] = LatestPerKey(self._deliver)
+
+    async def run(self) -> None:
+        path = api_path("pods")
+        query = {"fieldSelector": f"spec.schedulerName={self.scheduler_name}"}
+        while True:
+            try:
+                version = await self._list(path, query)
+                while True:  # re-watch from the newest version until it expires
+                    version = await self._watch(path, query, version)
+            except WatchExpired:
+                log.info("pod watch expired; re-listing")
+            except (KubeError, OSError, ValueError) as error:
+                log.warning("pod watch failed, retrying in 2 s: %s", error)
+                await asyncio.sleep(2)
+
+    async def close(self) -> None:
+        await self._delivery.close()
+
+    async def _list(self, path: str, query: dict[str, str]) -> str:
+        listed = await self.kube.request("GET", path, query=query)
+        seen = set()
+        for pod in listed.get("items", []):
+            seen.add(pod["metadata"]["uid"])
+            self._observe(pod, gone=False)
+        # Pods deleted while we were not watching: tell their workflows.
+        for key, wid in list(self.workflow_of.items()):
+            if wid.rsplit("/", 1)[-1] not in seen:
+                namespace, name = key.split("/", 1)
+                uid = wid.rsplit("/", 1)[-1]
+                self._observe_gone(PodRef(namespace=namespace, name=name, uid=uid))
+        self.synced.set()
+        return str(listed.get("metadata", {}).get("resourceVersion", ""))
+
+    async def _watch(self, path: str, query: dict[str, str], version: str) -> str:
+        async for event in self.kube.watch(path, resource_version=version, query=query):
+            obj = event["object"]
+            version = obj.get("metadata", {}).get("resourceVersion", version)
+            if event["type"] in ("ADDED", "MODIFIED"):
+                self._observe(obj, gone=False)
+            elif event["type"] == "DELETED":
+                self._observe(obj, gone=True)
+        return version
+
+    def _observe(self, pod: Json, *, gone: bool) -> None:
+        event = pod_event(pod, gone=gone)
+        key = event.pod.key
+        if gone:
+            self._observe_gone(event.pod)
+            return
+        start = wants_placement(event)
+        if not start and not bridge_involved(pod):
+            return  # bound by someone else, or finished before we ever saw it
+        self.workflow_of[key] = workflow_id(event.pod)
+        signature = (event.phase, event.node_name, event.deleting, start)
+        if self._signature.get(event.pod.uid) == signature:
+            return  # only a change the workflow cares about is worth a signal
+        self._signature[event.pod.uid] = signature
+        self._delivery.submit(event.pod.uid, (event, start))
+
+    def _observe_gone(self, pod: PodRef) -> None:
+        if self.workflow_of.get(pod.key) == workflow_id(pod):
+            del self.workflow_of[pod.key]
+        self._signature.pop(pod.uid, None)
+        self._delivery.submit(pod.uid, (PodEvent(pod=pod, gone=True), False))
+
+    async def _deliver(self, _uid: str, item: tuple[PodEvent, bool]) -> None:
+        event, start = item
+        if start:
+            await self.start_placement(event)
+            return
+        handle: WorkflowHandle[Any, Any] = self.temporal.get_workflow_handle(workflow_id(event.pod))
+        try:
+            await handle.signal(PlacementWorkflow.pod_changed, event)
+        except RPCError as error:
+            if error.status != RPCStatusCode.NOT_FOUND:
+                raise  # retried by the delivery queue
+            # No running placement: it finished, or never existed. Nothing to do.
+
+    async def start_placement(self, event: PodEvent) -> None:
+        try:
+            await start_placement_workflow(self.temporal, event, self.task_queue)
+        except WorkflowAlreadyStartedError:
+            log.debug("placement for %s already closed; not restarting it", event.pod.key)
+
+
+async def start_placement_workflow(
+    temporal: Client, event: PodEvent, task_queue: str, *, retry: bool = False
+) -> WorkflowHandle[Any, Any]:
+    """Start (or, if running, just signal) the placement of one pod.
+
+    The watcher never restarts a closed placement (a failed one waits for
+    `slurm-bridge retry`, which passes retry=True).
+    """
+    pod = event.pod
+    return await temporal.start_workflow(
+        PlacementWorkflow.run,
+        PlacementRequest(group=pod.key, namespace=pod.namespace, pods=[pod]),
+        id=workflow_id(pod),
+        task_queue=task_queue,
+        start_signal="pod_changed",
+        start_signal_args=[event],
+        id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE
+        if retry
+        else WorkflowIDReusePolicy.REJECT_DUPLICATE,
+        search_attributes=TypedSearchAttributes(
+            [
+                SearchAttributePair(sa.POD_NAMESPACE, pod.namespace),
+                SearchAttributePair(sa.POD_NAME, pod.name),
+                SearchAttributePair(sa.POD_UID, pod.uid),
+                SearchAttributePair(sa.PLACEMENT_GROUP, pod.key),
+                SearchAttributePair(sa.PLACEMENT_PHASE, "Translating"),
+            ]
+        ),
+        static_summary=f"place pod {pod.key} with Slurm" + (" (retry)" if retry else ""),
+    )

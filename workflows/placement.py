@@ -1,0 +1,314 @@
+"""PlacementWorkflow: one durable placement per pod group, start to finish.
+
+Reads top to bottom like the flow it implements:
+finalizer → translate → submit → label → wait for RUNNING → bind → wait for
+the end on either side → cancel the job or delete the pods → drop the finalizer.
+
+Waiting costs nothing: the pod watcher and the central Slurm job watcher signal
+changes, and the workflow sleeps on `wait_condition` in between. Signals are
+hints, never verdicts: before binding or deleting anything the workflow reads
+the job afresh, so a late or duplicated signal (several worker replicas each
+run watchers) can never bind to a stale allocation or kill a healthy pod.
+"""
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy, SearchAttributeUpdate
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from activities.kube import BOUND_ELSEWHERE, INVALID_POD, NODE_NOT_FOUND, KubeActivities
+    from activities.slurm import SLURM_REJECTED, SlurmActivities, is_live
+    from bridge import search_attributes as sa
+    from bridge.models import JobEvent, Phase, PhaseChange, PlacementRequest, PlacementState, PodEvent
+
+KUBE_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    maximum_interval=timedelta(seconds=30),
+    non_retryable_error_types=[INVALID_POD, NODE_NOT_FOUND, BOUND_ELSEWHERE, "PodGone"],
+)
+SLURM_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    maximum_interval=timedelta(seconds=60),
+    non_retryable_error_types=[SLURM_REJECTED],
+)
+ACTIVITY_TIMEOUT = timedelta(seconds=60)
+# A safety net only: if every signal about a job were lost, the workflow still
+# looks at Slurm itself this often (one timer and one activity per interval).
+DEFAULT_RECHECK = timedelta(minutes=10)
+# A bound pod being deleted keeps its job until the kubelet reports it stopped;
+# if no kubelet ever does (node gone), give up waiting after grace + this.
+DELETION_SLACK = timedelta(seconds=60)
+
+
+class PlacementFailed(Exception):
+    """A placement that cannot succeed as requested; the message is for the user."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@workflow.defn
+class PlacementWorkflow:
+    @workflow.init
+    def __init__(self, request: PlacementRequest) -> None:
+        # State lives here, not in run(): signals delivered with the start
+        # (signal-with-start) are applied before run() begins.
+        self.request = request
+        self.state = PlacementState(group=request.group)
+        self.pods: dict[str, PodEvent] = {}
+        self.jobs: dict[int, JobEvent] = {}
+        self.recheck = DEFAULT_RECHECK
+        self._changes = 0
+
+    # -- messages ------------------------------------------------------------
+
+    @workflow.signal
+    def pod_changed(self, event: PodEvent) -> None:
+        previous = self.pods.get(event.pod.uid)
+        if previous is not None:
+            # Terminal facts are sticky: a stale snapshot from a slower watcher
+            # replica must not resurrect a pod that already finished.
+            event = event.model_copy(
+                update={
+                    "gone": event.gone or previous.gone,
+                    "deleting": event.deleting or previous.deleting,
+                    "phase": previous.phase if previous.terminal and not event.terminal else event.phase,
+                    "node_name": event.node_name or previous.node_name,
+                }
+            )
+        self.pods[event.pod.uid] = event
+        self._changes += 1
+
+    @workflow.signal
+    def job_changed(self, event: JobEvent) -> None:
+        self.jobs[event.job_id] = event
+        self._changes += 1
+
+    @workflow.signal
+    def set_recheck_interval(self, seconds: float) -> None:
+        """Operators (and tests) may shorten the safety re-check."""
+        self.recheck = timedelta(seconds=max(seconds, 1.0))
+        self._changes += 1
+
+    @workflow.query
+    def current_state(self) -> PlacementState:
+        return self.state
+
+    # -- the placement -------------------------------------------------------
+
+    @workflow.run
+    async def run(self, request: PlacementRequest) -> PlacementState:
+        try:
+            await self._place()
+        except PlacementFailed as failure:
+            await self._fail(str(failure), failure.reason)
+        except ActivityError as error:
+            cause = error.cause
+            if isinstance(cause, ApplicationError) and cause.non_retryable:
+                await self._fail(cause.message, cause.type or "PlacementFailed")
+            raise
+        except asyncio.CancelledError:
+            # An operator cancelled the placement: release Slurm and the pod, then stop.
+            # Activities may still run after the cancellation was delivered.
+            await self._release("placement cancelled by an operator")
+            raise
+        return self.state
+
+    async def _place(self) -> None:
+        pods = self.request.pods
+        present = await self._kube(KubeActivities.add_finalizer, pods, summary="add finalizer")
+        if len(present) < len(pods) or self._pods_finished():
+            await self._kube(KubeActivities.remove_finalizer, pods, summary="remove finalizer")
+            self._phase("Done", "pods gone or finished before placement")
+            return
+
+        job = await self._kube(
+            KubeActivities.translate, self.request, summary="translate pods to a Slurm job"
+        )
+        since = int(workflow.info().start_time.timestamp())
+        submitted = await workflow.execute_activity_method(
+            SlurmActivities.submit_job,
+            args=[job, workflow.info().workflow_id, since],
+            start_to_close_timeout=ACTIVITY_TIMEOUT,
+            retry_policy=SLURM_RETRY,
+            summary=f"submit external job to partition {job.partition}",
+        )
+        self.state.job_id = job_id = submitted.job_id
+        self._phase(
+            "Submitted", f"Slurm job {job_id} in partition {job.partition}", sa.SLURM_JOB_ID.value_set(job_id)
+        )
+        await self._kube(KubeActivities.label_job_id, pods, job_id, summary=f"label pods with job {job_id}")
+        await self._event("SlurmJobSubmitted", f"Slurm job {job_id} submitted to partition {job.partition}")
+
+        running = await self._wait_for_allocation(job_id)
+        if running is None:
+            await self._cleanup_after_pods(job_id)
+            return
+        self._phase("Running", f"Slurm job {job_id} running on {', '.join(running.nodes)}")
+        self.state.nodes = running.nodes
+        nodes = await self._kube(KubeActivities.resolve_nodes, running.nodes, summary="map Slurm nodes")
+        await self._kube(KubeActivities.bind_pods, pods, nodes, summary=f"bind to {', '.join(nodes)}")
+        self._phase("Bound", f"bound to {', '.join(nodes)}", sa.SLURM_NODES.value_set(nodes))
+        await self._event(
+            "Bound", f"Slurm job {job_id} allocated {', '.join(running.nodes)}; bound to {', '.join(nodes)}"
+        )
+
+        ended = await self._wait_for_end(job_id)
+        if ended is None:
+            await self._cleanup_after_pods(job_id)
+        else:
+            await self._cleanup_after_job(ended)
+
+    # -- waiting -------------------------------------------------------------
+
+    async def _wait_for_allocation(self, job_id: int) -> JobEvent | None:
+        """The confirmed RUNNING job, or None when the pods finished first."""
+        self._phase("Pending", f"waiting for Slurm to start job {job_id}")
+        reported = ""
+        while True:
+            if self._pods_finished():
+                return None
+            hint = self.jobs.get(job_id)
+            if hint is not None and (hint.running or not is_live(hint)):
+                current = await self._read_job(job_id)
+                if current.running:
+                    return current
+                if not is_live(current):
+                    raise PlacementFailed(
+                        f"Slurm job {job_id} ended before it started ({current.summary}); "
+                        "the pod was not placed",
+                        "SlurmJobEnded",
+                    )
+                hint = current
+            if hint is not None and hint.pending and hint.reason and hint.reason != reported:
+                reported = hint.reason
+                self.state.pending_reason = hint.reason
+                self.state.job_state = hint.summary
+                await self._kube(
+                    KubeActivities.set_unschedulable,
+                    self.request.pods,
+                    hint.reason,
+                    f"Slurm job {job_id} is pending: {hint.reason}",
+                    summary=f"pending: {hint.reason}",
+                )
+                await self._event("SlurmJobPending", f"Slurm job {job_id} is pending: {hint.reason}")
+            workflow.set_current_details(f"Slurm job {job_id}: {hint.summary if hint else 'submitted'}")
+            await self._wait_for_change(job_id)
+
+    async def _wait_for_end(self, job_id: int) -> JobEvent | None:
+        """The confirmed ended job, or None when the pods finished first."""
+        while True:
+            if self._pods_finished():
+                return None
+            hint = self.jobs.get(job_id)
+            if hint is not None and not hint.running:
+                current = await self._read_job(job_id)
+                if not current.running:
+                    return current
+            workflow.set_current_details(f"Slurm job {job_id} running; pods bound")
+            await self._wait_for_change(job_id, self._deletion_deadline())
+
+    async def _wait_for_change(self, job_id: int, deadline: timedelta | None = None) -> None:
+        seen = self._changes
+        timeout = min(self.recheck, deadline) if deadline is not None else self.recheck
+        try:
+            await workflow.wait_condition(
+                lambda: self._changes != seen, timeout=timeout, timeout_summary="safety re-check"
+            )
+        except TimeoutError:
+            self.jobs[job_id] = await self._read_job(job_id)
+            self._changes += 1
+
+    def _deletion_deadline(self) -> timedelta | None:
+        graces = [e.deletion_grace_seconds for e in self.pods.values() if e.deleting and not e.terminal]
+        if not graces:
+            return None
+        return timedelta(seconds=max(graces)) + DELETION_SLACK
+
+    def _pods_finished(self) -> bool:
+        """All pods terminal (or gone), or deleted before they ever ran."""
+        events = [self.pods.get(p.uid) for p in self.request.pods]
+        if not all(events):
+            return False
+        return all(e is not None and (e.terminal or (e.deleting and not e.node_name)) for e in events)
+
+    # -- ending --------------------------------------------------------------
+
+    async def _cleanup_after_pods(self, job_id: int) -> None:
+        self._phase("Cleaning", f"pods finished; cancelling Slurm job {job_id}")
+        await self._slurm(SlurmActivities.cancel_job, job_id, summary=f"cancel job {job_id}")
+        await self._kube(KubeActivities.remove_finalizer, self.request.pods, summary="remove finalizer")
+        self._phase("Done", f"pods finished; Slurm job {job_id} cancelled")
+
+    async def _cleanup_after_job(self, job: JobEvent) -> None:
+        self._phase("Cleaning", f"Slurm job {job.job_id} ended ({job.summary}); deleting pods")
+        self.state.job_state = job.summary
+        await self._kube(
+            KubeActivities.delete_pods,
+            self.request.pods,
+            "SlurmJobEnded",
+            f"Slurm job {job.job_id} is no longer running ({job.summary}); deleting the pod",
+            summary="delete pods",
+        )
+        await self._kube(KubeActivities.remove_finalizer, self.request.pods, summary="remove finalizer")
+        self._phase("Done", f"Slurm job {job.job_id} ended ({job.summary}); pods deleted")
+
+    async def _release(self, why: str) -> None:
+        if self.state.job_id is not None:
+            await self._slurm(SlurmActivities.cancel_job, self.state.job_id, summary="cancel job")
+        await self._kube(KubeActivities.remove_finalizer, self.request.pods, summary="remove finalizer")
+        self._phase("Failed", why)
+
+    async def _fail(self, message: str, reason: str) -> None:
+        """Tell the user on the pod, release everything, and fail the workflow for good."""
+        self.state.failure = message
+        await self._kube(
+            KubeActivities.set_unschedulable, self.request.pods, reason, message, summary="report failure"
+        )
+        await self._event(reason, message, warning=True)
+        await self._release(message)
+        raise ApplicationError(message, type=reason, non_retryable=True)
+
+    # -- helpers -------------------------------------------------------------
+
+    def _phase(self, phase: Phase, detail: str, *also: SearchAttributeUpdate[Any]) -> None:
+        self.state.phase = phase
+        self.state.history.append(PhaseChange(phase=phase, at=workflow.now().isoformat(), detail=detail))
+        # One upsert command per phase change (each command is a billable action).
+        workflow.upsert_search_attributes([sa.PLACEMENT_PHASE.value_set(phase), *also])
+        workflow.set_current_details(f"{phase}: {detail}")
+
+    async def _read_job(self, job_id: int) -> JobEvent:
+        event: JobEvent = await self._slurm(SlurmActivities.get_job, job_id, summary=f"read job {job_id}")
+        self.jobs[job_id] = event
+        self.state.job_state = event.summary
+        return event
+
+    async def _event(self, reason: str, message: str, warning: bool = False) -> None:
+        await self._kube(
+            KubeActivities.record_event, self.request.pods, reason, message, warning, summary=reason
+        )
+
+    async def _kube(self, method: Callable[..., Awaitable[Any]], *args: Any, summary: str) -> Any:
+        return await workflow.execute_activity_method(
+            method,
+            args=list(args),
+            start_to_close_timeout=ACTIVITY_TIMEOUT,
+            retry_policy=KUBE_RETRY,
+            summary=summary,
+        )
+
+    async def _slurm(self, method: Callable[..., Awaitable[Any]], *args: Any, summary: str) -> Any:
+        return await workflow.execute_activity_method(
+            method,
+            args=list(args),
+            start_to_close_timeout=ACTIVITY_TIMEOUT,
+            retry_policy=SLURM_RETRY,
+            summary=summary,
+        )
