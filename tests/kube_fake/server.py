@@ -1,0 +1,292 @@
+"""``FakeKubeServer``: lifecycle, client wiring and test helpers.
+
+The HTTP side lives in ``handler``; state in ``store``.  All helpers are
+thread-safe and may be called from tests while clients talk to the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from types import TracebackType
+from typing import TypeVar
+
+import kubernetes.aio.client
+import kubernetes.client
+
+from .faults import Faults, RecordedRequest
+from .handler import KubeHTTPServer
+from .kubelet import FakeKubelet
+from .resources import DEFAULT_RESOURCES, Registry, ResourceType
+from .store import Store
+from .subresources import EvictionGate
+from .util import JSON, now_rfc3339
+
+T = TypeVar("T")
+
+
+class FakeKubeServer:
+    """A fake kube-apiserver on ``http://host:port`` (port 0 = ephemeral).
+
+    ``history_size`` bounds the watch event log; ``kubelet`` turns on the
+    simulated kubelet; ``token`` makes every API call require
+    ``Authorization: Bearer <token>``; ``require_namespaces`` makes creates in
+    a missing namespace fail with 404 like a real server (off by default:
+    only default/kube-system/kube-public/kube-node-lease exist).
+    """
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        history_size: int = 1000,
+        kubelet: bool = False,
+        token: str | None = None,
+        require_namespaces: bool = False,
+        extra_resources: Iterable[ResourceType] = (),
+    ) -> None:
+        self.registry = Registry((*DEFAULT_RESOURCES, *extra_resources))
+        self.store = Store(self.registry, history_size, require_namespaces)
+        self.faults = Faults(self.store.cond)
+        self.evictions = EvictionGate()
+        self.token = token
+        self.kubelet = FakeKubelet(self.store, self.registry) if kubelet else None
+        self._bind = (host, port)
+        self._httpd: KubeHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------ lifecycle
+    def start(self) -> FakeKubeServer:
+        self._httpd = KubeHTTPServer(self._bind, self)
+        # A short poll interval keeps stop() (which waits for the serve loop) fast.
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, args=(0.02,), name="kube-fake-http", daemon=True
+        )
+        self._thread.start()
+        if self.kubelet is not None:
+            self.kubelet.start()
+        return self
+
+    def stop(self) -> None:
+        """Close watches and connections promptly, then the listening socket."""
+        self.store.close()
+        self.faults.cancel()
+        if self.kubelet is not None:
+            self.kubelet.stop()
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.drop_connections()
+            self._httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> FakeKubeServer:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    @property
+    def host(self) -> str:
+        return self._bind[0]
+
+    @property
+    def port(self) -> int:
+        if self._httpd is None:
+            raise RuntimeError("kube_fake: server not started")
+        return int(self._httpd.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def register_resource(self, rt: ResourceType) -> None:
+        self.registry.register(rt)
+
+    # -------------------------------------------------------------- clients
+    def kubeconfig(self, path: str | Path, *, token: str | None = None, namespace: str = "default") -> Path:
+        """Write a kubeconfig (JSON, which is valid YAML) for ``load_kube_config``."""
+        user: JSON = {}
+        if token or self.token:
+            user["token"] = token or self.token
+        doc = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "kube-fake", "cluster": {"server": self.url}}],
+            "users": [{"name": "kube-fake", "user": user}],
+            "contexts": [
+                {
+                    "name": "kube-fake",
+                    "context": {"cluster": "kube-fake", "user": "kube-fake", "namespace": namespace},
+                }
+            ],
+            "current-context": "kube-fake",
+        }
+        out = Path(path)
+        out.write_text(json.dumps(doc, indent=2))
+        return out
+
+    def configuration(self) -> kubernetes.client.Configuration:
+        cfg = kubernetes.client.Configuration(host=self.url)
+        if self.token:
+            cfg.api_key = {"authorization": f"Bearer {self.token}"}
+        return cfg
+
+    def api_client(self) -> kubernetes.client.ApiClient:
+        """A sync client; close it (``with`` or ``.close()``) when done."""
+        return kubernetes.client.ApiClient(self.configuration())
+
+    def aio_configuration(self) -> kubernetes.aio.client.Configuration:
+        cfg = kubernetes.aio.client.Configuration(host=self.url)
+        if self.token:
+            cfg.api_key = {"authorization": f"Bearer {self.token}"}
+        return cfg
+
+    def aio_api_client(self) -> kubernetes.aio.client.ApiClient:
+        """A ``kubernetes.aio`` client; ``await client.close()`` (or ``async with``) when done."""
+        return kubernetes.aio.client.ApiClient(self.aio_configuration())
+
+    # --------------------------------------------------------- requests/faults
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        return self.faults.requests
+
+    def clear_requests(self) -> None:
+        self.faults.clear()
+
+    def fail_next(
+        self,
+        method: str,
+        path_regex: str,
+        status: int,
+        count: int = 1,
+        reason: str | None = None,
+        message: str | None = None,
+        retry_after: int | None = None,
+    ) -> None:
+        """Answer the next ``count`` requests matching method ("*" = any) and
+        ``re.search(path_regex, path)`` with a Failure Status of ``status``."""
+        self.faults.fail_next(method, path_regex, status, count, reason, message, retry_after)
+
+    def delay_next(self, method: str, path_regex: str, seconds: float, count: int = 1) -> None:
+        self.faults.delay_next(method, path_regex, seconds, count)
+
+    def block_evictions(self, count: int | None = None) -> None:
+        """Make the next ``count`` evictions (None: all, until unblocked) fail
+        with 429 as if a PodDisruptionBudget forbade them."""
+        self.evictions.block(count)
+
+    def unblock_evictions(self) -> None:
+        self.evictions.block(0)
+
+    def compact_history(self) -> None:
+        """Drop the watch event log: any watch from an older RV now gets 410."""
+        self.store.compact()
+
+    @property
+    def active_watches(self) -> int:
+        """Open watch streams (wait on this instead of sleeping until a client watches)."""
+        return self.store.active_watches
+
+    def send_bookmarks(self) -> None:
+        """Every watch that allows bookmarks sends one now."""
+        self.store.request_bookmarks()
+
+    # -------------------------------------------------------- direct access
+    def objects(self, resource: str, namespace: str | None = None) -> list[JSON]:
+        """Snapshot of ``resource`` ("pods", "deployments.apps", ...)."""
+        return self.store.snapshot(self.registry.resolve(resource), namespace)
+
+    def get_object(self, resource: str, name: str, namespace: str | None = None) -> JSON | None:
+        return self.store.peek(self.registry.resolve(resource), namespace, name)
+
+    def create_object(
+        self, resource: str, obj: JSON, namespace: str | None = None, *, keep_status: bool = False
+    ) -> JSON:
+        ns = namespace or (obj.get("metadata") or {}).get("namespace")
+        return self.store.create(self.registry.resolve(resource), ns, obj, keep_status=keep_status)
+
+    def update_object(
+        self, resource: str, name: str, fn: Callable[[JSON], JSON | None], namespace: str | None = None
+    ) -> JSON:
+        """Server-side read-modify-write, no validation (spec and status both writable)."""
+        return self.store.mutate(self.registry.resolve(resource), namespace, name, fn)
+
+    def delete_object(self, resource: str, name: str, namespace: str | None = None) -> JSON:
+        return self.store.delete(self.registry.resolve(resource), namespace, name)
+
+    def set_pod_phase(
+        self, namespace: str, name: str, phase: str, reason: str | None = None, message: str | None = None
+    ) -> JSON:
+        """Act as the kubelet: write ``status.phase`` (+reason/message)."""
+
+        def apply(pod: JSON) -> None:
+            status = pod.setdefault("status", {})
+            status["phase"] = phase
+            for key, value in (("reason", reason), ("message", message)):
+                if value is None:
+                    status.pop(key, None)
+                else:
+                    status[key] = value
+            if phase == "Running":
+                status.setdefault("startTime", now_rfc3339())
+
+        return self.store.mutate(self.registry.resolve("pods"), namespace, name, apply, mode="status")
+
+    def create_node(
+        self,
+        name: str,
+        *,
+        cpu: str = "4",
+        memory: str = "8000Mi",
+        ready: bool = True,
+        labels: dict[str, str] | None = None,
+    ) -> JSON:
+        now = now_rfc3339()
+        resources = {"cpu": cpu, "memory": memory, "pods": "110", "ephemeral-storage": "100Gi"}
+        node = {
+            "metadata": {
+                "name": name,
+                "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", **(labels or {})},
+            },
+            "spec": {},
+            "status": {
+                "capacity": resources,
+                "allocatable": resources,
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "True" if ready else "False",
+                        "reason": "KubeletReady" if ready else "KubeletNotReady",
+                        "message": "kubelet is posting ready status" if ready else "kubelet stopped posting",
+                        "lastHeartbeatTime": now,
+                        "lastTransitionTime": now,
+                    }
+                ],
+                "addresses": [
+                    {"type": "InternalIP", "address": "127.0.0.1"},
+                    {"type": "Hostname", "address": name},
+                ],
+            },
+        }
+        return self.create_object("nodes", node)
+
+    # ---------------------------------------------------------------- waits
+    def wait_for(self, predicate: Callable[[], T], timeout: float = 5.0) -> T:
+        """Block until ``predicate()`` is truthy, re-checked on every store
+        change and every request; returns its value or raises TimeoutError."""
+        return self.store.wait_for(predicate, timeout)
+
+    async def wait_for_async(self, predicate: Callable[[], T], timeout: float = 5.0) -> T:
+        """``wait_for`` off the event loop, so aio clients keep running meanwhile."""
+        return await asyncio.to_thread(self.store.wait_for, predicate, timeout)
+
+    def __repr__(self) -> str:
+        state = self.url if self._httpd is not None else "not started"
+        return f"<FakeKubeServer {state}>"

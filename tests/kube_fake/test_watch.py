@@ -1,0 +1,257 @@
+"""Behaviour 9 through the sync client: replay, live events, 410, bookmarks, selectors, shutdown."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import kubernetes.client
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from tests.kube_fake import FakeKubeServer
+from tests.kube_fake.builders import Client, pod_body, watch
+
+
+def _stream(core: Client, w: Client, **kwargs: object) -> Iterator[Client]:
+    kwargs.setdefault("timeout_seconds", 5)  # upper bound only; tests stop the watch themselves
+    yield from w.stream(core.list_namespaced_pod, "default", **kwargs)
+
+
+def test_replay_from_resource_version_then_live(core: Client) -> None:
+    rv_a = core.create_namespaced_pod("default", pod_body("a")).metadata.resource_version
+    core.create_namespaced_pod("default", pod_body("b"))
+    core.patch_namespaced_pod("a", "default", {"metadata": {"labels": {"x": "1"}}})
+    seen = []
+    w: Client = watch.Watch()
+    for event in _stream(core, w, resource_version=rv_a):
+        seen.append((event["type"], event["object"].metadata.name))
+        if len(seen) == 2:  # replay done: now a live change
+            core.delete_namespaced_pod("b", "default")
+        if len(seen) == 3:
+            w.stop()
+    assert seen == [("ADDED", "b"), ("MODIFIED", "a"), ("DELETED", "b")]
+    assert w.resource_version is not None
+    assert int(w.resource_version) > int(rv_a)
+
+
+@pytest.mark.parametrize("rv", [None, "0"])
+def test_unset_or_zero_rv_starts_with_current_state(core: Client, rv: str | None) -> None:
+    core.create_namespaced_pod("default", pod_body("a"))
+    core.create_namespaced_pod("default", pod_body("b"))
+    seen = []
+    w: Client = watch.Watch()
+    kwargs = {} if rv is None else {"resource_version": rv}
+    for event in _stream(core, w, **kwargs):
+        seen.append((event["type"], event["object"].metadata.name))
+        if len(seen) == 2:
+            core.create_namespaced_pod("default", pod_body("c"))
+        if len(seen) == 3:
+            w.stop()
+    assert seen == [("ADDED", "a"), ("ADDED", "b"), ("ADDED", "c")]
+
+
+def test_expired_rv_raises_410_and_relist_rewatch_recovers(kube_fake: FakeKubeServer, core: Client) -> None:
+    old_rv = core.create_namespaced_pod("default", pod_body("a")).metadata.resource_version
+    core.create_namespaced_pod("default", pod_body("b"))
+    kube_fake.compact_history()
+    with pytest.raises(ApiException) as exc:  # with timeout_seconds: the first 410 is raised
+        list(_stream(core, watch.Watch(), resource_version=old_rv))
+    assert exc.value.status == 410
+    assert "too old resource version" in str(exc.value.reason)
+    kube_fake.clear_requests()
+    with pytest.raises(ApiException) as exc:  # without: one automatic resume, then raise
+        list(watch.Watch().stream(core.list_namespaced_pod, "default", resource_version=old_rv))
+    assert exc.value.status == 410
+    assert len([r for r in kube_fake.requests if r.query.get("watch") == "true"]) == 2
+    listed = core.list_namespaced_pod("default")
+    core.create_namespaced_pod("default", pod_body("c"))
+    w: Client = watch.Watch()
+    seen = []
+    for event in _stream(core, w, resource_version=listed.metadata.resource_version):
+        seen.append((event["type"], event["object"].metadata.name))
+        w.stop()
+    assert seen == [("ADDED", "c")]
+
+
+def test_raw_410_error_event(kube_fake: FakeKubeServer, core: Client) -> None:
+    rv = core.create_namespaced_pod("default", pod_body("a")).metadata.resource_version
+    core.create_namespaced_pod("default", pod_body("b"))
+    kube_fake.compact_history()
+    resp = core.list_namespaced_pod("default", watch=True, resource_version=rv, _preload_content=False)
+    lines = resp.data.decode().splitlines()  # the server closes the stream after the ERROR
+    current = kube_fake.store.rv
+    assert [json.loads(line) for line in lines] == [
+        {
+            "type": "ERROR",
+            "object": {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Failure",
+                "message": f"too old resource version: {rv} ({current + 1})",
+                "reason": "Expired",
+                "code": 410,
+            },
+        }
+    ]
+
+
+def test_event_log_is_bounded() -> None:
+    with FakeKubeServer(history_size=3) as server, server.api_client() as client:
+        core: Client = kubernetes.client.CoreV1Api(client)
+        first = core.create_namespaced_pod("default", pod_body("p0")).metadata.resource_version
+        for i in range(1, 3):
+            core.create_namespaced_pod("default", pod_body(f"p{i}"))
+        w: Client = watch.Watch()
+        replayed = []
+        for event in _stream(core, w, resource_version=first):
+            replayed.append(event["object"].metadata.name)
+            if len(replayed) == 2:
+                w.stop()
+        assert replayed == ["p1", "p2"]
+        for i in range(3, 6):
+            core.create_namespaced_pod("default", pod_body(f"p{i}"))
+        with pytest.raises(ApiException) as exc:
+            list(_stream(core, watch.Watch(), resource_version=first))
+        assert exc.value.status == 410
+
+
+def test_timeout_ends_stream_with_bookmark(core: Client) -> None:
+    rv = core.create_namespaced_pod("default", pod_body("a")).metadata.resource_version
+    started = time.monotonic()
+    w: Client = watch.Watch()
+    events = list(_stream(core, w, resource_version=rv, timeout_seconds=1, allow_watch_bookmarks=True))
+    assert 0.9 <= time.monotonic() - started < 3
+    assert [e["type"] for e in events] == ["BOOKMARK"]
+    assert events[0]["raw_object"] == {"kind": "Pod", "apiVersion": "v1", "metadata": {"resourceVersion": rv}}
+    assert w.resource_version == rv
+
+
+def test_bookmark_helper(kube_fake: FakeKubeServer, core: Client) -> None:
+    core.create_namespaced_pod("default", pod_body("a"))
+    kinds = []
+    w: Client = watch.Watch()
+    for event in _stream(core, w, allow_watch_bookmarks=True):
+        kinds.append(event["type"])
+        if event["type"] == "ADDED":
+            core.create_node({"metadata": {"name": "n"}})  # other kinds advance the RV too
+            kube_fake.send_bookmarks()
+        else:
+            w.stop()
+    assert kinds == ["ADDED", "BOOKMARK"]
+    assert w.resource_version == str(kube_fake.store.rv)
+
+
+def test_selector_transitions_become_added_and_deleted(core: Client) -> None:
+    core.create_namespaced_pod("default", pod_body("p", labels={"app": "a"}))
+    steps: Iterator[Callable[[], object]] = iter(
+        [
+            lambda: core.patch_namespaced_pod("p", "default", {"metadata": {"labels": {"app": "b"}}}),
+            lambda: core.patch_namespaced_pod("p", "default", {"metadata": {"labels": {"app": "a"}}}),
+            lambda: core.patch_namespaced_pod("p", "default", {"metadata": {"annotations": {"k": "v"}}}),
+        ]
+    )
+    seen = []
+    w: Client = watch.Watch()
+    for event in _stream(core, w, label_selector="app=a"):
+        seen.append((event["type"], event["object"].metadata.labels["app"]))
+        step = next(steps, None)
+        if step is None:
+            w.stop()
+        else:
+            step()
+    # Leaving the selector reports the last matching state (app=a) as DELETED.
+    assert seen == [("ADDED", "a"), ("DELETED", "a"), ("ADDED", "a"), ("MODIFIED", "a")]
+
+
+def test_watch_filters_namespace_kind_and_fields(core: Client) -> None:
+    rv = core.create_namespaced_pod("default", pod_body("seed")).metadata.resource_version
+    core.create_namespaced_pod("kube-system", pod_body("elsewhere"))
+    core.create_node({"metadata": {"name": "n"}})
+    core.create_namespaced_pod("default", pod_body("other"))
+    core.create_namespaced_pod("default", pod_body("wanted"))
+    w: Client = watch.Watch()
+    names = []
+    for event in _stream(core, w, resource_version=rv, field_selector="metadata.name=wanted"):
+        names.append(event["object"].metadata.name)
+        w.stop()
+    assert names == ["wanted"]
+
+
+def test_send_initial_events_marks_the_end(core: Client) -> None:
+    core.create_namespaced_pod("default", pod_body("a"))
+    resp = core.list_namespaced_pod(
+        "default",
+        watch=True,
+        send_initial_events=True,
+        allow_watch_bookmarks=True,
+        resource_version_match="NotOlderThan",
+        timeout_seconds=5,
+        _preload_content=False,
+    )
+    first, second = (json.loads(resp.readline()) for _ in range(2))
+    resp.release_conn()
+    assert (first["type"], first["object"]["metadata"]["name"]) == ("ADDED", "a")
+    assert second["type"] == "BOOKMARK"
+    assert second["object"]["metadata"]["annotations"] == {"k8s.io/initial-events-end": "true"}
+
+
+def test_invalid_resource_version_is_400(core: Client) -> None:
+    with pytest.raises(ApiException) as exc:
+        core.list_namespaced_pod("default", watch=True, resource_version="abc", _preload_content=False)
+    assert exc.value.status == 400
+
+
+def test_watches_close_promptly_on_stop() -> None:
+    server = FakeKubeServer().start()
+    client: Client = server.api_client()
+    core: Client = kubernetes.client.CoreV1Api(client)
+    resp = core.list_namespaced_pod("default", watch=True, _preload_content=False)
+    server.wait_for(lambda: server.active_watches == 1)
+    done = threading.Event()
+
+    def drain() -> None:
+        try:
+            for _ in resp.stream(1024):
+                pass
+        except Exception:  # connection torn down: also counts as closed
+            pass
+        done.set()
+
+    threading.Thread(target=drain, daemon=True).start()
+    started = time.monotonic()
+    server.stop()
+    assert done.wait(2), "watch stream still open after stop()"
+    assert time.monotonic() - started < 2
+    assert server.active_watches == 0
+    client.close()
+
+
+def test_custom_object_watch(api_client: Client) -> None:
+    custom: Client = kubernetes.client.CustomObjectsApi(api_client)
+    args = ("scheduling.x-k8s.io", "v1alpha1", "default", "podgroups")
+    custom.create_namespaced_custom_object(*args, {"metadata": {"name": "pg"}, "spec": {"minMember": 2}})
+    w: Client = watch.Watch()
+    seen = []
+    for event in w.stream(custom.list_namespaced_custom_object, *args, timeout_seconds=5):
+        seen.append((event["type"], event["object"]["spec"]))
+        w.stop()
+    assert seen == [("ADDED", {"minMember": 2})]
+
+
+def test_cluster_wide_watch_of_namespaced_kind(core: Client) -> None:
+    rv = core.create_namespaced_pod("default", pod_body("a")).metadata.resource_version
+    core.create_namespaced_pod("kube-system", pod_body("b"))
+    core.create_node({"metadata": {"name": "n"}})
+    w: Client = watch.Watch()
+    seen = []
+    for event in w.stream(core.list_pod_for_all_namespaces, resource_version=rv, timeout_seconds=5):
+        seen.append((event["type"], event["object"].metadata.namespace))
+        if len(seen) == 1:
+            core.delete_namespaced_pod("a", "default")
+        else:
+            w.stop()
+    assert seen == [("ADDED", "kube-system"), ("DELETED", "default")]
