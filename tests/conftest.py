@@ -16,6 +16,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from bridge import search_attributes as sa
+from tests.slurm_bed import SlurmBedError, SlurmTestBed
 
 
 def temporal_binary() -> str:
@@ -47,3 +48,12 @@ def temporal_client(temporal_env: WorkflowEnvironment) -> Client:
 @pytest.fixture
 def task_queue() -> str:
     return f"tq-{uuid.uuid4()}"
+
+
+@pytest.fixture(scope="session")
+def slurm_bed() -> SlurmTestBed:
+    """The real Slurm (hack/slurm-sid.sh up): a broken bed fails the run, it never skips."""
+    try:
+        return SlurmTestBed.up()
+    except SlurmBedError as error:
+        pytest.fail(f"the Slurm test bed did not come up: {error}", pytrace=False)

@@ -58,6 +58,7 @@ async def make_stack(
             if keys.FINALIZER in (p["metadata"].get("finalizers") or [])
         ]
         stack.kube.stop()
-        live = stack.partition.cleanup()
+        live = [job for job in stack.slurm_bed.jobs_in_partition(stack.partition.name) if not job.ended]
+        stack.partition.cleanup()
         assert not stuck, f"pods left with the bridge finalizer: {stuck}"
         assert not live, f"Slurm jobs left running or pending: {live}"

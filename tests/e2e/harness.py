@@ -19,11 +19,13 @@ from temporalio.client import Client, WorkflowHandle
 from activities.kube_client import KubeClient, api_path
 from activities.slurm_client import SlurmClient
 from bridge import keys
+from bridge.models import PlacementState, PodRef
 from tests.kube_fake import FakeKubeServer
 from tests.slurm_bed import SlurmTestBed, TestPartition
 from worker.main import Bridge
 from worker.pod_watcher import workflow_id
 from worker.settings import WorkerSettings
+from workflows.placement import PlacementWorkflow
 
 T = TypeVar("T")
 Pod = dict[str, Any]
@@ -97,6 +99,26 @@ class Stack:
         dumped = [job.model_dump(mode="json") for job in jobs]
         return [job for job in dumped if job.get("partition") == self.partition.name]
 
+    async def start_replica(self) -> "Replica":
+        """Another worker process's worth of bridge: same task queue, own clients and watchers."""
+        from activities.kube_client import load_configuration
+
+        kube_client = KubeClient(await load_configuration(str(self.kubeconfig)))
+        slurm = SlurmClient(
+            self.slurm_bed.rest_url, user_name=self.slurm_bed.user_name, token_file=self.slurm_bed.jwt_file
+        )
+        # A connection of its own, as a second process would have (one client
+        # cannot host two workers on the same task queue).
+        temporal = await Client.connect(
+            self.temporal.service_client.config.target_host,
+            namespace=self.temporal.namespace,
+            data_converter=self.temporal.data_converter,
+        )
+        bridge = Bridge(temporal, kube_client, slurm, self.settings)
+        task = asyncio.create_task(bridge.run())
+        await asyncio.wait_for(bridge.pod_watcher.synced.wait(), 10)
+        return Replica(bridge, task)
+
     # -- Kubernetes ------------------------------------------------------------
 
     def create_pod(self, name: str, **kwargs: Any) -> Pod:
@@ -105,9 +127,19 @@ class Stack:
     def pod(self, name: str) -> Pod | None:
         return self.kube.get_object("pods", name, self.namespace)
 
-    async def wait_pod(self, name: str, predicate: Callable[[Pod | None], T], timeout: float = 30) -> T:
-        """Wait (event-driven, on store changes) until predicate(pod) is truthy."""
-        return await self.kube.wait_for_async(lambda: predicate(self.pod(name)), timeout)
+    async def wait_pod(
+        self, name: str, predicate: Callable[[Pod | None], object], timeout: float = 30
+    ) -> Pod:
+        """Wait (event-driven, on store changes) until predicate(pod) holds; the pod then ({} once gone)."""
+
+        def check() -> Pod | None:
+            pod = self.pod(name)
+            return (pod or {}) if predicate(pod) else None
+
+        found: Pod = await self.kube.wait_for_async(
+            lambda: check() is not None and (check() or {"gone": True}), timeout
+        )
+        return {} if "gone" in found else found
 
     def events(self, name: str) -> list[dict[str, Any]]:
         return [
@@ -116,15 +148,26 @@ class Stack:
             if e.get("involvedObject", {}).get("name") == name
         ]
 
-    def handle(self, pod: Pod) -> WorkflowHandle[Any, Any]:
-        from bridge.models import PodRef
-
+    def handle(self, pod: Pod) -> WorkflowHandle[PlacementWorkflow, PlacementState]:
         meta = pod["metadata"]
         ref = PodRef(namespace=meta["namespace"], name=meta["name"], uid=meta["uid"])
-        return self.temporal.get_workflow_handle(workflow_id(ref))
+        return self.temporal.get_workflow_handle_for(PlacementWorkflow.run, workflow_id(ref))
 
     def bound_node(self, pod: Pod | None) -> str | None:
         return (pod or {}).get("spec", {}).get("nodeName")
+
+
+@dataclass
+class Replica:
+    bridge: Bridge
+    task: asyncio.Task[None]
+
+    async def stop(self) -> None:
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+        await self.bridge.kube.close()
+        await self.bridge.slurm.close()
 
 
 def job_id_of(pod: Pod | None) -> int | None:

@@ -8,7 +8,7 @@ whose role as kubelet the tests play by setting pod phases.
 from typing import Any
 
 import pytest
-from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.client import WorkflowFailureError
 
 from bridge import keys
 from tests.e2e.conftest import StackFactory
@@ -82,13 +82,16 @@ async def test_second_pod_waits_for_resources_then_takes_the_freed_node(make_sta
     first = await stack.wait_pod("first", bound)
 
     stack.create_pod("second")
-    waiting = await stack.wait_pod(
-        "second", lambda p: (c := scheduled_condition(p)) and c["reason"] == "Resources" and c
+    pod = await stack.wait_pod(
+        "second", lambda p: (scheduled_condition(p) or {}).get("reason") == "Resources"
     )
+    waiting = scheduled_condition(pod) or {}
     assert waiting["status"] == "False"
     assert "pending: Resources" in waiting["message"]
     assert bound(stack.pod("second")) is None
-    assert any(e["reason"] == "SlurmJobPending" for e in stack.events("second"))
+    await stack.kube.wait_for_async(
+        lambda: any(e["reason"] == "SlurmJobPending" for e in stack.events("second"))
+    )
 
     stack.kube.set_pod_phase(stack.namespace, "first", "Succeeded")
     second = await stack.wait_pod("second", bound)
@@ -122,6 +125,7 @@ async def test_rejected_job_is_visible_on_the_pod_and_retry_after_fix_places_it(
     stack = await make_stack(nodes=1)
     created = stack.create_pod("typo", annotations={keys.SLURMJOB_PREFIX + "partition": "no-such-partition"})
 
+    await stack.wait_pod("typo", lambda p: (scheduled_condition(p) or {}).get("reason") == "SlurmRejected")
     with pytest.raises(WorkflowFailureError) as failure:
         await stack.handle(created).result()
     message = str(failure.value.cause)
@@ -131,7 +135,7 @@ async def test_rejected_job_is_visible_on_the_pod_and_retry_after_fix_places_it(
     assert condition["status"] == "False"
     assert condition["reason"] == "SlurmRejected"
     assert "partition" in condition["message"].lower()
-    assert any(e["reason"] == "SlurmRejected" and e["type"] == "Warning" for e in stack.events("typo"))
+    assert any(e["reason"] == "SlurmRejected" for e in stack.events("typo") if e["type"] == "Warning")
     assert finished_cleanly(stack.pod("typo"))  # the finalizer is gone: the user may delete the pod freely
     assert bound(stack.pod("typo")) is None
 
@@ -154,13 +158,13 @@ async def test_pod_deleted_while_pending_cancels_its_job(make_stack: StackFactor
     stack.create_pod("holder")
     await stack.wait_pod("holder", bound)
     created = stack.create_pod("impatient")
-    pending = await stack.wait_pod("impatient", job_id_of)
+    pending = job_id_of(await stack.wait_pod("impatient", job_id_of))
+    assert pending is not None
 
     stack.kube.delete_object("pods", "impatient", stack.namespace)
     await stack.wait_pod("impatient", lambda p: p is None)
     assert "CANCELLED" in await job_states(stack, pending)
-    description = await stack.handle(created).describe()
-    assert description.status == WorkflowExecutionStatus.COMPLETED
+    assert (await stack.handle(created).result()).phase == "Done"
 
     stack.kube.set_pod_phase(stack.namespace, "holder", "Succeeded")
     await stack.wait_pod("holder", finished_cleanly)
@@ -171,7 +175,7 @@ async def test_worker_restart_while_waiting_keeps_exactly_one_job(make_stack: St
     stack.create_pod("first")
     await stack.wait_pod("first", bound)
     stack.create_pod("second")
-    job_id = await stack.wait_pod("second", job_id_of)
+    job_id = job_id_of(await stack.wait_pod("second", job_id_of))
 
     await stack.stop_bridge()  # the worker process goes away mid-wait
     stack.kube.set_pod_phase(stack.namespace, "first", "Succeeded")
@@ -201,3 +205,26 @@ async def test_time_limit_removes_the_pod(make_stack: StackFactory, limit_minute
     events = [e for e in stack.events("short") if e["reason"] == "SlurmJobEnded"]
     assert "TIMEOUT" in events[0]["message"]
     assert (await stack.handle(created).result()).phase == "Done"
+
+
+async def test_two_worker_replicas_place_each_pod_once(make_stack: StackFactory) -> None:
+    stack = await make_stack(nodes=2)
+    replica = await stack.start_replica()  # a second worker with its own watchers, same task queue
+    names = ["left", "right"]
+    for name in names:
+        stack.create_pod(name)
+    pods = [await stack.wait_pod(name, bound) for name in names]
+
+    assert {bound(p) for p in pods} == set(stack.partition.node_names)  # exclusive: one pod per node
+    bindings = [r for r in stack.kube.requests if r.method == "POST" and r.path.endswith("/binding")]
+    assert sorted(r.path.split("/")[-2] for r in bindings) == names
+    jobs = await stack.partition_jobs()
+    assert sorted(j["admin_comment"] for j in jobs) == sorted(
+        f'{{"pods":["{stack.namespace}/{n}"]}}' for n in names
+    )
+
+    await replica.stop()
+    for name in names:
+        stack.kube.set_pod_phase(stack.namespace, name, "Succeeded")
+    for name in names:
+        await stack.wait_pod(name, finished_cleanly)
