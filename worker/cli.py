@@ -29,6 +29,8 @@ def _configure_logging(level: str) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    # One line per HTTP request (the job watcher asks Slurm every second) is noise.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 def fail(message: str) -> NoReturn:
