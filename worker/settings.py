@@ -109,9 +109,8 @@ def load(kind: type[S], **overrides: Any) -> S:
         return kind(**given)
     except ValidationError as error:
         first = error.errors()[0]
-        raise ConfigurationError(
-            f"invalid setting {_setting_name(kind, first['loc'])}: {first['msg'].removeprefix('Value error, ')}"
-        ) from None
+        problem = first["msg"].removeprefix("Value error, ")
+        raise ConfigurationError(f"invalid setting {_setting_name(kind, first['loc'])}: {problem}") from None
 
 
 def load_settings(**overrides: Any) -> WorkerSettings:

@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
 
@@ -27,8 +27,8 @@ from worker.pod_watcher import workflow_id
 from worker.settings import WorkerSettings
 from workflows.placement import PlacementWorkflow
 
-T = TypeVar("T")
 Pod = dict[str, Any]
+Predicate = Callable[[Pod | None], object]
 
 
 def make_pod(
@@ -127,19 +127,17 @@ class Stack:
     def pod(self, name: str) -> Pod | None:
         return self.kube.get_object("pods", name, self.namespace)
 
-    async def wait_pod(
-        self, name: str, predicate: Callable[[Pod | None], object], timeout: float = 30
-    ) -> Pod:
-        """Wait (event-driven, on store changes) until predicate(pod) holds; the pod then ({} once gone)."""
+    async def wait_pod(self, name: str, predicate: Predicate, timeout: float = 30) -> Pod:
+        """Wait, event-driven, until predicate(pod) holds; returns the pod ({} once gone)."""
 
-        def check() -> Pod | None:
+        def check() -> tuple[Pod] | None:
+            # A one-tuple is truthy even for a gone pod ({}), which wait_for needs.
             pod = self.pod(name)
-            return (pod or {}) if predicate(pod) else None
+            return (pod or {},) if predicate(pod) else None
 
-        found: Pod = await self.kube.wait_for_async(
-            lambda: check() is not None and (check() or {"gone": True}), timeout
-        )
-        return {} if "gone" in found else found
+        found = await self.kube.wait_for_async(check, timeout)
+        assert found is not None
+        return found[0]
 
     def events(self, name: str) -> list[dict[str, Any]]:
         return [
@@ -152,9 +150,6 @@ class Stack:
         meta = pod["metadata"]
         ref = PodRef(namespace=meta["namespace"], name=meta["name"], uid=meta["uid"])
         return self.temporal.get_workflow_handle_for(PlacementWorkflow.run, workflow_id(ref))
-
-    def bound_node(self, pod: Pod | None) -> str | None:
-        return (pod or {}).get("spec", {}).get("nodeName")
 
 
 @dataclass

@@ -19,7 +19,8 @@ pytestmark = pytest.mark.slurm
 
 
 def bound(pod: Pod | None) -> str | None:
-    return (pod or {}).get("spec", {}).get("nodeName")
+    node = (pod or {}).get("spec", {}).get("nodeName")
+    return str(node) if node else None
 
 
 def scheduled_condition(pod: Pod | None) -> dict[str, Any] | None:
