@@ -4,9 +4,11 @@ import asyncio
 import dataclasses
 import json
 import logging
+import os
 import sys
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any, NoReturn, TypeVar
 from urllib.parse import quote
 
 import typer
@@ -14,6 +16,8 @@ from rich.console import Console
 from rich.table import Table
 
 from worker.settings import ConfigurationError, TemporalSettings, load, load_settings
+
+T = TypeVar("T")
 
 app = typer.Typer(
     name="slurm-bridge",
@@ -31,6 +35,32 @@ def _configure_logging(level: str) -> None:
     )
     # One line per HTTP request (the job watcher asks Slurm every second) is noise.
     logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
+def run_client(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run an operator command's Temporal work.
+
+    The Temporal client's native runtime can abort the interpreter while it is
+    finalizing (PyGILState_Release); a command that has printed its answer has
+    nothing left to clean up, so callers leave through `done()`.
+    """
+    from temporalio.service import RPCError
+
+    try:
+        return asyncio.run(coroutine)
+    except typer.Exit as stop:
+        done(stop.exit_code)
+    except RPCError as error:
+        typer.echo(f"slurm-bridge: Temporal answered: {error.message}", err=True)
+        if "search attribute" in error.message:
+            typer.echo("slurm-bridge: has a worker run against this namespace yet? It registers them.", err=True)
+        done(2)
+
+
+def done(code: int = 0) -> NoReturn:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def fail(message: str) -> NoReturn:
@@ -150,10 +180,10 @@ def status(
             "link": link,
         }
 
-    report = asyncio.run(run())
+    report = run_client(run())
     if as_json:
         typer.echo(json.dumps(report, indent=2))
-        return
+        done()
     console = Console()
     table = Table(show_header=False, box=None)
     for label, key in (
@@ -171,6 +201,7 @@ def status(
         if value not in (None, "", []):
             table.add_row(f"[bold]{label}[/]", ", ".join(value) if isinstance(value, list) else str(value))
     console.print(table)
+    done()
 
 
 @app.command("list")
@@ -193,14 +224,15 @@ def list_placements(
         client = await _connect(settings)
         return await find_placements(client, placements_query(namespace=namespace, phase=phase), limit=limit)
 
-    found = asyncio.run(run())
+    found = run_client(run())
     if as_json:
         typer.echo(json.dumps([dataclasses.asdict(p) for p in found], indent=2))
-        return
+        done()
     table = Table("pod", "phase", "workflow", "Slurm job", "nodes", "started")
     for p in found:
         table.add_row(p.pod, p.phase, p.status, str(p.job_id or ""), ", ".join(p.nodes), p.started)
     Console().print(table)
+    done()
 
 
 @app.command()
@@ -236,8 +268,9 @@ def retry(
         except RetryRefused as refused:
             fail(str(refused))
 
-    run_id = asyncio.run(run())
+    run_id = run_client(run())
     typer.echo(f"placement of {pod} started again (run {run_id}); follow it with: slurm-bridge status {pod}")
+    done()
 
 
 if __name__ == "__main__":

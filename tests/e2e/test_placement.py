@@ -5,6 +5,10 @@ client over HTTP. Simulated: the Kubernetes API server (tests/kube_fake),
 whose role as kubelet the tests play by setting pod phases.
 """
 
+import asyncio
+import json
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,6 +36,21 @@ def scheduled_condition(pod: Pod | None) -> dict[str, Any] | None:
 
 def finished_cleanly(pod: Pod | None) -> bool:
     return pod is None or keys.FINALIZER not in (pod["metadata"].get("finalizers") or [])
+
+
+async def slurm_bridge(stack: Stack, *args: str) -> Any:
+    """Run the real `slurm-bridge` command against this test's Temporal server; its JSON output."""
+    process = await asyncio.create_subprocess_exec(
+        str(Path(sys.executable).with_name("slurm-bridge")),
+        *args,
+        "--temporal-address",
+        stack.temporal.service_client.config.target_host,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await process.communicate()
+    assert process.returncode == 0, err.decode()
+    return json.loads(out)
 
 
 async def job_states(stack: Stack, job_id: int) -> list[str]:
@@ -139,6 +158,14 @@ async def test_rejected_job_is_visible_on_the_pod_and_retry_after_fix_places_it(
     assert any(e["reason"] == "SlurmRejected" for e in stack.events("typo") if e["type"] == "Warning")
     assert finished_cleanly(stack.pod("typo"))  # the finalizer is gone: the user may delete the pod freely
     assert bound(stack.pod("typo")) is None
+
+    # What an operator sees.
+    status = await slurm_bridge(stack, "status", f"{stack.namespace}/typo", "--json")
+    assert status["phase"] == "Failed"
+    assert status["workflow_status"] == "FAILED"
+    assert "Slurm rejected the job" in status["failure"]
+    failed = await slurm_bridge(stack, "list", "--phase", "Failed", "--namespace", stack.namespace, "--json")
+    assert [p["pod"] for p in failed] == [f"{stack.namespace}/typo"]
 
     # The user fixes the annotation; the operator retries.
     def fix(pod: Pod) -> None:

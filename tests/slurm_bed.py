@@ -1,0 +1,330 @@
+"""The real Slurm test bed: slurmctld + slurmrestd from `hack/slurm-sid.sh`.
+
+Tests never share Slurm objects: each gets its own external nodes and a dynamic
+partition holding exactly them (`make_partition`), so tests running at the same
+time, or jobs a test leaves behind, cannot disturb one another.
+
+Deliberately independent of `activities.slurm_client`: set-up and clean-up go
+through `scontrol` (and plain HTTP for cancelling), so a bug in the client under
+test cannot hide itself by also breaking the clean-up.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import secrets
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import httpx
+
+from bridge.hostlist import compress
+
+REPO = Path(__file__).resolve().parent.parent
+SLURM_SID = REPO / "hack" / "slurm-sid.sh"
+
+# Job states after which a job holds nothing (job_state's base states).
+ENDED_STATES = frozenset(
+    {
+        "BOOT_FAIL",
+        "CANCELLED",
+        "COMPLETED",
+        "DEADLINE",
+        "FAILED",
+        "NODE_FAIL",
+        "OUT_OF_MEMORY",
+        "PREEMPTED",
+        "TIMEOUT",
+    }
+)
+
+
+class SlurmBedError(RuntimeError):
+    """The test bed could not do what a test asked (script failed, Slurm refused)."""
+
+
+class BedJob(NamedTuple):
+    job_id: int
+    states: tuple[str, ...]
+
+    @property
+    def ended(self) -> bool:
+        return bool(ENDED_STATES.intersection(self.states))
+
+
+@dataclass
+class TestPartition:
+    """A dynamic partition and the external nodes made for one test."""
+
+    __test__ = False  # not a pytest test class, despite the name
+
+    bed: SlurmTestBed = field(repr=False)
+    name: str
+    node_names: list[str]
+    cpus: int
+    memory_mb: int
+
+    @property
+    def nodes_expression(self) -> str:
+        return compress(self.node_names)
+
+    def cleanup(self) -> None:
+        """Cancel every job in the partition, then delete the partition and its nodes."""
+        for job in self.bed.jobs_in_partition(self.name):
+            if not job.ended:
+                self.bed.cancel_job(job.job_id)
+        self.bed.wait_for_ended_jobs(self.name)
+        self.bed.scontrol_quiet("delete", f"PartitionName={self.name}")
+        self.bed.delete_nodes(self.node_names)
+
+
+class SlurmTestBed:
+    """Handle on the running Slurm; `SlurmTestBed.up()` starts it if needed."""
+
+    def __init__(self, rest_url: str, user_name: str, jwt_file: Path, script: Path = SLURM_SID) -> None:
+        self.rest_url = rest_url
+        self.user_name = user_name
+        self.jwt_file = jwt_file
+        self.script = script
+        # Dynamic partitions are not saved: slurmctld forgets them on restart
+        # (and kills their jobs: "Killing JobId=N on defunct partition").
+        self._partitions_to_restore: list[PartitionSpec] = []
+        self._lock_fd: int | None = None
+
+    @classmethod
+    def up(cls, script: Path = SLURM_SID) -> SlurmTestBed:
+        """Run `slurm-sid.sh up` (idempotent, cached) and read the env lines it prints."""
+        env = _parse_env(_run([str(script), "up"], timeout=900))
+        missing = {"SLURM_REST_URL", "SLURM_USER_NAME", "SLURM_JWT_FILE"} - env.keys()
+        if missing:
+            raise SlurmBedError(f"{script} up printed no {', '.join(sorted(missing))}")
+        return cls(env["SLURM_REST_URL"], env["SLURM_USER_NAME"], Path(env["SLURM_JWT_FILE"]), script)
+
+    # scontrol and REST
+
+    def scontrol(self, *args: str) -> str:
+        """`scontrol ARGS...` inside the chroot; its stdout, or SlurmBedError with its stderr."""
+        return _run([str(self.script), "scontrol", *args], timeout=60)
+
+    def scontrol_quiet(self, *args: str) -> None:
+        """scontrol for clean-up: an object that is already gone is fine."""
+        try:
+            self.scontrol(*args)
+        except SlurmBedError as error:
+            # scontrol delete of an unknown partition or node: "Invalid ... name specified".
+            if "name specified" not in str(error):
+                raise
+
+    def token(self) -> str:
+        return self.jwt_file.read_text().strip().removeprefix("SLURM_JWT=")
+
+    def rest(self, method: str, path: str, body: Any = None) -> httpx.Response:
+        """A raw slurmrestd call (`path` below /slurm/v0.0.44)."""
+        headers = {"X-SLURM-USER-NAME": self.user_name, "X-SLURM-USER-TOKEN": self.token()}
+        url = f"{self.rest_url}/slurm/v0.0.44{path}"
+        return httpx.request(method, url, headers=headers, json=body, timeout=30)
+
+    # Partitions, nodes, jobs
+
+    def make_partition(
+        self, nodes: int = 1, cpus: int = 4, memory_mb: int = 8000, gres: str | None = None
+    ) -> TestPartition:
+        """Fresh external nodes (NodeAddr 127.0.0.1) and a partition of exactly those nodes."""
+        name = f"sbt-{secrets.token_hex(4)}"
+        node_names = [f"{name}-n{index}" for index in range(1, nodes + 1)]
+        partition = TestPartition(self, name, node_names, cpus, memory_mb)
+        node_args = [
+            f"NodeName={partition.nodes_expression}",
+            "State=EXTERNAL",
+            "Sockets=1",
+            f"CoresPerSocket={cpus}",
+            "ThreadsPerCore=1",
+            f"CPUs={cpus}",
+            f"RealMemory={memory_mb}",
+            # Not "slurm-bridge": that feature would add the nodes to the default partition.
+            f"Features={name}",
+            # A name that does not resolve stalls slurmctld ~10 s per allocation.
+            "NodeAddr=127.0.0.1",
+        ]
+        if gres:
+            node_args.append(f"Gres={gres}")
+        try:
+            self.scontrol("create", *node_args)
+            if gres:
+                self._check_gres(node_names[0], gres)
+            self.scontrol(
+                "create",
+                f"PartitionName={name}",
+                f"Nodes={partition.nodes_expression}",
+                "MaxTime=INFINITE",
+                "State=UP",
+            )
+        except BaseException:
+            partition.cleanup()
+            raise
+        return partition
+
+    def _check_gres(self, node: str, gres: str) -> None:
+        shown = self.scontrol("show", "node", node)
+        if "Gres=(null)" in shown:
+            # slurmctld drops a Gres its slurm.conf has no GresTypes for, silently.
+            raise SlurmBedError(f"Gres={gres} was not applied to {node}: slurm.conf needs GresTypes")
+
+    def delete_nodes(self, names: list[str]) -> None:
+        # One by one: a hostlist with one unknown name would leave the others behind.
+        for name in names:
+            self._delete_node(name)
+
+    def _delete_node(self, name: str) -> None:
+        # Jobs that just ended may keep their node "busy" for a moment; retry briefly.
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                self.scontrol_quiet("delete", f"NodeName={name}")
+                return
+            except SlurmBedError as error:
+                if "busy" not in str(error).lower() or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+    def jobs_in_partition(self, name: str) -> list[BedJob]:
+        data = json.loads(self.scontrol("--json", "show", "job"))
+        return [
+            BedJob(int(job["job_id"]), tuple(job.get("job_state") or ()))
+            for job in data.get("jobs") or []
+            if job.get("partition") == name
+        ]
+
+    def cancel_job(self, job_id: int) -> None:
+        response = self.rest("DELETE", f"/job/{job_id}")
+        if response.status_code != 200:
+            raise SlurmBedError(f"cancelling job {job_id}: HTTP {response.status_code} {response.text[:300]}")
+
+    def wait_for_ended_jobs(self, partition: str, timeout: float = 15.0) -> None:
+        deadline = time.monotonic() + timeout
+        while live := [job for job in self.jobs_in_partition(partition) if not job.ended]:
+            if time.monotonic() > deadline:
+                raise SlurmBedError(f"jobs still live in partition {partition}: {live}")
+            time.sleep(0.05)
+
+    # slurmctld
+
+    @property
+    def slurmctld_pidfile(self) -> Path:
+        return self.jwt_file.parent / "root" / "run" / "slurm" / "slurmctld.pid"
+
+    def stop_slurmctld(self) -> None:
+        """Stop slurmctld the way an outage would (SIGTERM via its pid file); slurmrestd stays up.
+
+        Until `start()`, the bed holds slurm-sid.sh's lock: another session's
+        `up` (or scontrol) waits instead of quietly restarting slurmctld.
+        """
+        self._partitions_to_restore = [spec for spec in self._partitions() if spec.dynamic]
+        self._lock()
+        try:
+            pid = self._slurmctld_pid()
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + 30
+            while Path(f"/proc/{pid}").exists():
+                if time.monotonic() > deadline:
+                    raise SlurmBedError(f"slurmctld (pid {pid}) did not stop within 30 s")
+                time.sleep(0.1)
+        except BaseException:
+            self._unlock()
+            raise
+
+    def start(self) -> None:
+        """`slurm-sid.sh up` again (state kept), then re-create the dynamic partitions it forgot."""
+        self._unlock()
+        fresh = SlurmTestBed.up(self.script)
+        self.rest_url, self.user_name, self.jwt_file = fresh.rest_url, fresh.user_name, fresh.jwt_file
+        existing = {spec.name for spec in self._partitions()}
+        for spec in self._partitions_to_restore:
+            if spec.name not in existing:
+                self.scontrol("create", *spec.create_args())
+        self._partitions_to_restore = []
+
+    def restart_slurmctld(self) -> None:
+        self.stop_slurmctld()
+        self.start()
+
+    def _lock(self) -> None:
+        fd = os.open(self.jwt_file.parent / ".lock", os.O_WRONLY | os.O_CREAT, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX)  # waits while a slurm-sid.sh command runs
+        self._lock_fd = fd
+
+    def _unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing the descriptor releases the flock
+            self._lock_fd = None
+
+    def _slurmctld_pid(self) -> int:
+        try:
+            pid = int(self.slurmctld_pidfile.read_text().strip())
+        except (OSError, ValueError) as error:
+            raise SlurmBedError(f"no slurmctld pid in {self.slurmctld_pidfile}: {error}") from error
+        # Only ever signal our own daemon: the pid must live in the bed's chroot.
+        root = self.jwt_file.parent / "root"
+        if os.path.realpath(f"/proc/{pid}/root") != os.path.realpath(root):
+            raise SlurmBedError(f"pid {pid} from {self.slurmctld_pidfile} is not the bed's slurmctld")
+        return pid
+
+    def _partitions(self) -> list[PartitionSpec]:
+        data = json.loads(self.scontrol("--json", "show", "partition"))
+        return [PartitionSpec.from_json(partition) for partition in data.get("partitions") or []]
+
+
+class PartitionSpec(NamedTuple):
+    """What it takes to `scontrol create` a partition again."""
+
+    name: str
+    nodes: str
+    max_time: str
+    state: str
+    dynamic: bool  # made by `scontrol create`, not slurm.conf (whose partitions use NodeSets)
+
+    @classmethod
+    def from_json(cls, partition: dict[str, Any]) -> PartitionSpec:
+        max_time = (partition.get("maximums") or {}).get("time") or {}
+        return cls(
+            name=partition["name"],
+            nodes=(partition.get("nodes") or {}).get("configured") or "",
+            max_time="INFINITE" if max_time.get("infinite") else str(max_time.get("number", 0)),
+            state=((partition.get("partition") or {}).get("state") or ["UP"])[0],
+            dynamic=not partition.get("node_sets"),
+        )
+
+    def create_args(self) -> list[str]:
+        return [
+            f"PartitionName={self.name}",
+            f"Nodes={self.nodes}",
+            f"MaxTime={self.max_time}",
+            f"State={self.state}",
+        ]
+
+
+def _run(command: list[str], timeout: float) -> str:
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise SlurmBedError(f"{' '.join(command)}: {error}") from error
+    if done.returncode != 0:
+        raise SlurmBedError(
+            f"{' '.join(command)} exited {done.returncode}: {done.stderr.strip() or done.stdout.strip()}"
+        )
+    return done.stdout
+
+
+def _parse_env(output: str) -> dict[str, str]:
+    env = {}
+    for line in output.splitlines():
+        key, sep, value = line.strip().partition("=")
+        if sep and key.startswith("SLURM_"):
+            env[key] = value
+    return env
