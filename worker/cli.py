@@ -53,7 +53,7 @@ def run_client(coroutine: Coroutine[Any, Any, T]) -> T:
     except RPCError as error:
         typer.echo(f"slurm-bridge: Temporal answered: {error.message}", err=True)
         if "search attribute" in error.message:
-            typer.echo("slurm-bridge: has a worker run against this namespace yet? It registers them.", err=True)
+            typer.echo("slurm-bridge: has a worker run in this namespace? It registers them.", err=True)
         done(2)
 
 
