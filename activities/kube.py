@@ -18,13 +18,16 @@ from temporalio.exceptions import ApplicationError
 from activities.kube_client import MERGE_PATCH, Json, KubeClient, KubeConflict, KubeNotFound, api_path
 from bridge import keys
 from bridge.models import JobDescription, PlacementRequest, PodRef
-from bridge.translate import Defaults, TranslationError, build_pod_job
+from activities.kube_reader import KubeReader
+from bridge import grouping
+from bridge.translate import Defaults, GroupShape, TranslationError, build_job
 
 log = logging.getLogger(__name__)
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
 
 # ApplicationError types the workflow's retry policies treat as final.
 INVALID_POD = "InvalidPod"
+POD_GONE = "PodGone"
 NODE_NOT_FOUND = "NodeNotFound"
 BOUND_ELSEWHERE = "BoundElsewhere"
 
@@ -102,15 +105,23 @@ class KubeActivities:
 
     @activity.defn(name="translate")
     async def translate(self, request: PlacementRequest) -> JobDescription:
-        """Read the pods and build the Slurm job that represents them."""
-        if len(request.pods) != 1:
-            raise ApplicationError("only single pods are supported", type=INVALID_POD, non_retryable=True)
-        pod = await self.read_pod(request.pods[0])
-        if pod is None:
-            raise ApplicationError(f"pod {request.group} is gone", type="PodGone", non_retryable=True)
+        """Read the group's pods and owners and build the Slurm job that represents them."""
+        pods = []
+        for ref in request.pods:
+            pod = await self.read_pod(ref)
+            if pod is None:
+                raise ApplicationError(f"pod {ref.key} is gone", type=POD_GONE, non_retryable=True)
+            pods.append(pod)
+        pods = grouping.in_order(pods)
         try:
-            return build_pod_job(pod, defaults=self.settings.defaults)
-        except TranslationError as error:
+            group = await grouping.resolve(KubeReader(self.kube), pods[0])
+            return build_job(
+                pods,
+                annotations=group.annotations,
+                shape=group.shape or GroupShape(name=request.group),
+                defaults=self.settings.defaults,
+            )
+        except (TranslationError, grouping.GroupError) as error:
             raise ApplicationError(str(error), type=INVALID_POD, non_retryable=True) from error
 
     # -- labels, binding ---------------------------------------------------

@@ -107,11 +107,17 @@ PLACEMENT_ID_PREFIX = "placement/"
 
 
 class PlacementRequest(Frozen):
-    """Input of a placement workflow: the pods it places (one, for a bare pod)."""
+    """Input of a placement workflow: the pods it places (one, for a bare pod).
 
-    group: str  # human-readable identity: "ns/pod" for a bare pod
+    Group members that appear later join by signal; the job is submitted once
+    `min_pods` members exist.
+    """
+
+    group: str  # human-readable identity: "ns/pod" for a bare pod, the group's name otherwise
     namespace: str
     pods: list[PodRef]
+    kind: str = "Pod"  # Pod, Job, JobSet, LeaderWorkerSet, PodGroup
+    min_pods: int = 1
 
 
 class PodEvent(Frozen):

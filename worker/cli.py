@@ -245,6 +245,8 @@ def retry(
 ) -> None:
     """Place a pod again after its placement failed (for example once its annotations are fixed)."""
     from activities.kube_client import KubeClient, KubeError, KubeNotFound, api_path, load_configuration
+    from activities.kube_reader import KubeReader
+    from bridge import grouping
     from worker.operations import RetryRefused, retry_placement
 
     settings = _temporal_settings(
@@ -256,15 +258,16 @@ def retry(
         kube = KubeClient(await load_configuration(settings.kubeconfig))
         try:
             body = await kube.request("GET", api_path("pods", namespace=namespace, name=name))
+            group = await grouping.resolve(KubeReader(kube), body)
         except KubeNotFound:
             fail(f"pod {pod} does not exist")
-        except KubeError as error:
-            fail(f"cannot read pod {pod}: {error}")
+        except (KubeError, grouping.GroupError) as error:
+            fail(f"cannot resolve pod {pod}: {error}")
         finally:
             await kube.close()
         client = await _connect(settings)
         try:
-            return await retry_placement(client, body, settings.temporal_task_queue)
+            return await retry_placement(client, body, settings.temporal_task_queue, group)
         except RetryRefused as refused:
             fail(str(refused))
 

@@ -6,9 +6,10 @@ from typing import Any
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
+from bridge import grouping
 from bridge import search_attributes as sa
 from bridge.models import PlacementState, PodEvent, PodRef
-from worker.pod_watcher import start_placement_workflow, workflow_id
+from worker.pod_watcher import group_workflow_id, solo_group, start_placement_workflow
 from workflows.placement import PlacementWorkflow
 
 
@@ -21,10 +22,13 @@ def pod_ref(pod: dict[str, Any]) -> PodRef:
     return PodRef(namespace=meta["namespace"], name=meta["name"], uid=meta["uid"])
 
 
-async def retry_placement(client: Client, pod: dict[str, Any], task_queue: str) -> str:
+async def retry_placement(
+    client: Client, pod: dict[str, Any], task_queue: str, group: grouping.Group | None = None
+) -> str:
     """Start a fresh placement run for a pod whose placement failed or was cancelled."""
     ref = pod_ref(pod)
-    wid = workflow_id(ref)
+    group = group or solo_group(ref)
+    wid = group_workflow_id(group)
     try:
         description = await client.get_workflow_handle(wid).describe()
     except RPCError as error:
@@ -38,7 +42,7 @@ async def retry_placement(client: Client, pod: dict[str, Any], task_queue: str) 
     if pod.get("spec", {}).get("nodeName") or pod["metadata"].get("deletionTimestamp"):
         raise RetryRefused(f"pod {ref.key} is bound or being deleted; only pending pods can be placed")
     event = PodEvent(pod=ref, phase=(pod.get("status") or {}).get("phase") or "Pending")
-    handle = await start_placement_workflow(client, event, task_queue, retry=True)
+    handle = await start_placement_workflow(client, event, group, task_queue, retry=True)
     return handle.result_run_id or ""
 
 

@@ -2,12 +2,9 @@
 
 List + watch of the pods that name our scheduler, resumed from the last
 resourceVersion and re-listed when the API server says it is too old (410).
-An unscheduled pod gets its placement workflow (signal-with-start, so starting
-twice, from two replicas or after a restart, is harmless); every change of a pod
-the bridge is involved with is signalled to its workflow.
-
-It also keeps the index pod key → workflow id that the job watcher uses to
-route Slurm job changes (the job's admin_comment names pods, not workflows).
+An unscheduled pod gets its group's placement workflow (signal-with-start, so
+starting twice, from two replicas or after a restart, only signals); every
+change of a pod the bridge is involved with is signalled to its workflow.
 """
 
 import asyncio
@@ -20,9 +17,10 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.kube_client import Json, KubeClient, KubeError, WatchExpired, api_path
-from bridge import keys
+from activities.kube_reader import KubeReader
+from bridge import grouping, keys
 from bridge import search_attributes as sa
-from bridge.models import PlacementRequest, PodEvent, PodRef
+from bridge.models import PLACEMENT_ID_PREFIX, PlacementRequest, PodEvent, PodRef
 from worker.delivery import LatestPerKey
 from workflows.placement import PlacementWorkflow
 
@@ -30,19 +28,29 @@ log = logging.getLogger(__name__)
 
 
 def workflow_id(pod: PodRef) -> str:
-    return f"placement/{pod.namespace}/{pod.name}/{pod.uid}"
+    """The placement id of a pod placed on its own."""
+    return f"{PLACEMENT_ID_PREFIX}{pod.namespace}/{pod.name}/{pod.uid}"
+
+
+def group_workflow_id(group: grouping.Group) -> str:
+    return PLACEMENT_ID_PREFIX + group.key
+
+
+def solo_group(pod: PodRef) -> grouping.Group:
+    return grouping.Group(
+        key=f"{pod.key}/{pod.uid}", kind="Pod", namespace=pod.namespace, name=pod.key, min_pods=1
+    )
 
 
 def pod_event(pod: Json, *, gone: bool = False) -> PodEvent:
     meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
+    grace = meta.get("deletionGracePeriodSeconds") or spec.get("terminationGracePeriodSeconds") or 30
     return PodEvent(
         pod=PodRef(namespace=meta["namespace"], name=meta["name"], uid=meta["uid"]),
         phase=status.get("phase") or "Pending",
         node_name=spec.get("nodeName") or None,
         deleting=bool(meta.get("deletionTimestamp")),
-        deletion_grace_seconds=int(
-            meta.get("deletionGracePeriodSeconds") or spec.get("terminationGracePeriodSeconds") or 30
-        ),
+        deletion_grace_seconds=int(grace),
         gone=gone,
         resource_version=meta.get("resourceVersion", ""),
     )
@@ -65,10 +73,11 @@ class PodWatcher:
         self.temporal = temporal
         self.task_queue = task_queue
         self.scheduler_name = scheduler_name
-        self.workflow_of: dict[str, str] = {}  # "ns/name" → workflow id
-        self.synced = asyncio.Event()  # set once the first full list is indexed
+        self.synced = asyncio.Event()  # set once the first full list has been handled
+        self._workflow_of: dict[str, str] = {}  # pod uid → placement workflow id
+        self._refs: dict[str, PodRef] = {}
         self._signature: dict[str, tuple[Any, ...]] = {}
-        self._delivery: LatestPerKey[tuple[PodEvent, bool]] = LatestPerKey(self._deliver)
+        self._delivery: LatestPerKey[tuple[PodEvent, Json | None, bool]] = LatestPerKey(self._deliver)
 
     async def run(self) -> None:
         path = api_path("pods")
@@ -94,11 +103,8 @@ class PodWatcher:
             seen.add(pod["metadata"]["uid"])
             self._observe(pod, gone=False)
         # Pods deleted while we were not watching: tell their workflows.
-        for key, wid in list(self.workflow_of.items()):
-            if wid.rsplit("/", 1)[-1] not in seen:
-                namespace, name = key.split("/", 1)
-                uid = wid.rsplit("/", 1)[-1]
-                self._observe_gone(PodRef(namespace=namespace, name=name, uid=uid))
+        for uid in [uid for uid in self._refs if uid not in seen]:
+            self._observe_gone(self._refs[uid])
         self.synced.set()
         return str(listed.get("metadata", {}).get("resourceVersion", ""))
 
@@ -114,32 +120,52 @@ class PodWatcher:
 
     def _observe(self, pod: Json, *, gone: bool) -> None:
         event = pod_event(pod, gone=gone)
-        key = event.pod.key
         if gone:
             self._observe_gone(event.pod)
             return
         start = wants_placement(event)
         if not start and not bridge_involved(pod):
             return  # bound by someone else, or finished before we ever saw it
-        self.workflow_of[key] = workflow_id(event.pod)
+        self._refs[event.pod.uid] = event.pod
         signature = (event.phase, event.node_name, event.deleting, start)
         if self._signature.get(event.pod.uid) == signature:
             return  # only a change the workflow cares about is worth a signal
         self._signature[event.pod.uid] = signature
-        self._delivery.submit(event.pod.uid, (event, start))
+        self._delivery.submit(event.pod.uid, (event, pod, start))
 
     def _observe_gone(self, pod: PodRef) -> None:
-        if self.workflow_of.get(pod.key) == workflow_id(pod):
-            del self.workflow_of[pod.key]
+        self._refs.pop(pod.uid, None)
         self._signature.pop(pod.uid, None)
-        self._delivery.submit(pod.uid, (PodEvent(pod=pod, gone=True), False))
+        if pod.uid in self._workflow_of:
+            self._delivery.submit(pod.uid, (PodEvent(pod=pod, gone=True), None, False))
 
-    async def _deliver(self, _uid: str, item: tuple[PodEvent, bool]) -> None:
-        event, start = item
-        if start:
-            await self.start_placement(event)
+    async def _group_of(self, pod: Json, ref: PodRef) -> grouping.Group:
+        try:
+            return await grouping.resolve(KubeReader(self.kube), pod)
+        except grouping.GroupError as error:
+            # Placed alone, so its translation reports the problem on the pod.
+            log.info("pod %s: %s", ref.key, error)
+            return solo_group(ref)
+
+    async def _deliver(self, uid: str, item: tuple[PodEvent, Json | None, bool]) -> None:
+        event, pod, start = item
+        wid = self._workflow_of.get(uid)
+        group = None
+        if wid is None and pod is not None:
+            group = await self._group_of(pod, event.pod)
+            wid = self._workflow_of[uid] = group_workflow_id(group)
+        if wid is None:
             return
-        handle: WorkflowHandle[Any, Any] = self.temporal.get_workflow_handle(workflow_id(event.pod))
+        if event.gone:
+            self._workflow_of.pop(uid, None)
+        if start:
+            group = group or await self._group_of(pod or {}, event.pod)
+            try:
+                await start_placement_workflow(self.temporal, event, group, self.task_queue)
+            except WorkflowAlreadyStartedError:
+                log.debug("placement %s already closed; not restarting it", wid)
+            return
+        handle: WorkflowHandle[Any, Any] = self.temporal.get_workflow_handle(wid)
         try:
             await handle.signal(PlacementWorkflow.pod_changed, event)
         except RPCError as error:
@@ -147,17 +173,11 @@ class PodWatcher:
                 raise  # retried by the delivery queue
             # No running placement: it finished, or never existed. Nothing to do.
 
-    async def start_placement(self, event: PodEvent) -> None:
-        try:
-            await start_placement_workflow(self.temporal, event, self.task_queue)
-        except WorkflowAlreadyStartedError:
-            log.debug("placement for %s already closed; not restarting it", event.pod.key)
-
 
 async def start_placement_workflow(
-    temporal: Client, event: PodEvent, task_queue: str, *, retry: bool = False
+    temporal: Client, event: PodEvent, group: grouping.Group, task_queue: str, *, retry: bool = False
 ) -> WorkflowHandle[Any, Any]:
-    """Start (or, if running, just signal) the placement of one pod.
+    """Start the group's placement with this pod, or signal the pod to it if it runs already.
 
     The watcher never restarts a closed placement (a failed one waits for
     `slurm-bridge retry`, which passes retry=True).
@@ -165,8 +185,10 @@ async def start_placement_workflow(
     pod = event.pod
     return await temporal.start_workflow(
         PlacementWorkflow.run,
-        PlacementRequest(group=pod.key, namespace=pod.namespace, pods=[pod]),
-        id=workflow_id(pod),
+        PlacementRequest(
+            group=group.name, namespace=pod.namespace, pods=[pod], kind=group.kind, min_pods=group.min_pods
+        ),
+        id=group_workflow_id(group),
         task_queue=task_queue,
         start_signal="pod_changed",
         start_signal_args=[event],
@@ -178,9 +200,9 @@ async def start_placement_workflow(
                 SearchAttributePair(sa.POD_NAMESPACE, pod.namespace),
                 SearchAttributePair(sa.POD_NAME, pod.name),
                 SearchAttributePair(sa.POD_UID, pod.uid),
-                SearchAttributePair(sa.PLACEMENT_GROUP, pod.key),
+                SearchAttributePair(sa.PLACEMENT_GROUP, group.name),
                 SearchAttributePair(sa.PLACEMENT_PHASE, "Translating"),
             ]
         ),
-        static_summary=f"place pod {pod.key} with Slurm" + (" (retry)" if retry else ""),
+        static_summary=f"place {group.kind} {group.name} with Slurm" + (" (retry)" if retry else ""),
     )

@@ -21,15 +21,15 @@ from temporalio.common import RetryPolicy, SearchAttributeUpdate
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.kube import BOUND_ELSEWHERE, INVALID_POD, NODE_NOT_FOUND, KubeActivities
+    from activities.kube import BOUND_ELSEWHERE, INVALID_POD, NODE_NOT_FOUND, POD_GONE, KubeActivities
     from activities.slurm import SLURM_REJECTED, SlurmActivities, is_live
     from bridge import search_attributes as sa
-    from bridge.models import JobEvent, Phase, PhaseChange, PlacementRequest, PlacementState, PodEvent
+    from bridge.models import JobEvent, Phase, PhaseChange, PlacementRequest, PlacementState, PodEvent, PodRef
 
 KUBE_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
     maximum_interval=timedelta(seconds=30),
-    non_retryable_error_types=[INVALID_POD, NODE_NOT_FOUND, BOUND_ELSEWHERE, "PodGone"],
+    non_retryable_error_types=[INVALID_POD, NODE_NOT_FOUND, BOUND_ELSEWHERE, POD_GONE],
 )
 SLURM_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
@@ -61,6 +61,9 @@ class PlacementWorkflow:
         # (signal-with-start) are applied before run() begins.
         self.request = request
         self.state = PlacementState(group=request.group)
+        # The group's pods: those of the request, plus members that join by signal until submission.
+        self.members: dict[str, PodRef] = {pod.uid: pod for pod in request.pods}
+        self.submitted = False
         self.pods: dict[str, PodEvent] = {}
         self.jobs: dict[int, JobEvent] = {}
         self.recheck = DEFAULT_RECHECK
@@ -83,6 +86,8 @@ class PlacementWorkflow:
                 }
             )
         self.pods[event.pod.uid] = event
+        if not self.submitted and not event.terminal and not event.deleting:
+            self.members.setdefault(event.pod.uid, event.pod)
         self._changes += 1
 
     @workflow.signal
@@ -121,7 +126,11 @@ class PlacementWorkflow:
         return self.state
 
     async def _place(self) -> None:
-        pods = self.request.pods
+        if len(self.members) < self.request.min_pods:
+            self._phase("Translating", f"waiting for {self.request.min_pods} pods of {self.request.group}")
+            await workflow.wait_condition(lambda: len(self._live_members()) >= self.request.min_pods)
+        self.members = {p.uid: p for p in self._live_members()}
+        pods = self._pods()
         present = await self._kube(KubeActivities.add_finalizer, pods, summary="add finalizer")
         if len(present) < len(pods) or self._pods_finished():
             await self._kube(KubeActivities.remove_finalizer, pods, summary="remove finalizer")
@@ -152,7 +161,14 @@ class PlacementWorkflow:
             return
         self._phase("Running", f"Slurm job {job_id} running on {', '.join(running.nodes)}")
         self.state.nodes = running.nodes
-        nodes = await self._kube(KubeActivities.resolve_nodes, running.nodes, summary="map Slurm nodes")
+        if len(running.nodes) < len(pods):
+            raise PlacementFailed(
+                f"Slurm job {job_id} was allocated {len(running.nodes)} nodes for {len(pods)} pods",
+                "AllocationTooSmall",
+            )
+        nodes = await self._kube(
+            KubeActivities.resolve_nodes, running.nodes[: len(pods)], summary="map Slurm nodes"
+        )
         await self._kube(KubeActivities.bind_pods, pods, nodes, summary=f"bind to {', '.join(nodes)}")
         self._phase("Bound", f"bound to {', '.join(nodes)}", sa.SLURM_NODES.value_set(nodes))
         await self._event(
@@ -192,7 +208,7 @@ class PlacementWorkflow:
                 self.state.job_state = hint.summary
                 await self._kube(
                     KubeActivities.set_unschedulable,
-                    self.request.pods,
+                    self._pods(),
                     hint.reason,
                     f"Slurm job {job_id} is pending: {hint.reason}",
                     summary=f"pending: {hint.reason}",
@@ -231,9 +247,19 @@ class PlacementWorkflow:
             return None
         return timedelta(seconds=max(graces)) + DELETION_SLACK
 
+    def _pods(self) -> list[PodRef]:
+        return list(self.members.values())
+
+    def _live_members(self) -> list[PodRef]:
+        return [
+            ref
+            for uid, ref in self.members.items()
+            if not ((event := self.pods.get(uid)) and (event.terminal or event.deleting))
+        ]
+
     def _pods_finished(self) -> bool:
         """All pods terminal (or gone), or deleted before they ever ran."""
-        events = [self.pods.get(p.uid) for p in self.request.pods]
+        events = [self.pods.get(p.uid) for p in self._pods()]
         if not all(events):
             return False
         return all(e is not None and (e.terminal or (e.deleting and not e.node_name)) for e in events)
@@ -243,7 +269,7 @@ class PlacementWorkflow:
     async def _cleanup_after_pods(self, job_id: int) -> None:
         self._phase("Cleaning", f"pods finished; cancelling Slurm job {job_id}")
         await self._slurm(SlurmActivities.cancel_job, job_id, summary=f"cancel job {job_id}")
-        await self._kube(KubeActivities.remove_finalizer, self.request.pods, summary="remove finalizer")
+        await self._kube(KubeActivities.remove_finalizer, self._pods(), summary="remove finalizer")
         self._phase("Done", f"pods finished; Slurm job {job_id} cancelled")
 
     async def _cleanup_after_job(self, job: JobEvent) -> None:
@@ -251,25 +277,25 @@ class PlacementWorkflow:
         self.state.job_state = job.summary
         await self._kube(
             KubeActivities.delete_pods,
-            self.request.pods,
+            self._pods(),
             "SlurmJobEnded",
             f"Slurm job {job.job_id} is no longer running ({job.summary}); deleting the pod",
             summary="delete pods",
         )
-        await self._kube(KubeActivities.remove_finalizer, self.request.pods, summary="remove finalizer")
+        await self._kube(KubeActivities.remove_finalizer, self._pods(), summary="remove finalizer")
         self._phase("Done", f"Slurm job {job.job_id} ended ({job.summary}); pods deleted")
 
     async def _release(self, why: str) -> None:
         if self.state.job_id is not None:
             await self._slurm(SlurmActivities.cancel_job, self.state.job_id, summary="cancel job")
-        await self._kube(KubeActivities.remove_finalizer, self.request.pods, summary="remove finalizer")
+        await self._kube(KubeActivities.remove_finalizer, self._pods(), summary="remove finalizer")
         self._phase("Failed", why)
 
     async def _fail(self, message: str, reason: str) -> None:
         """Tell the user on the pod, release everything, and fail the workflow for good."""
         self.state.failure = message
         await self._kube(
-            KubeActivities.set_unschedulable, self.request.pods, reason, message, summary="report failure"
+            KubeActivities.set_unschedulable, self._pods(), reason, message, summary="report failure"
         )
         await self._event(reason, message, warning=True)
         await self._release(message)
@@ -291,9 +317,7 @@ class PlacementWorkflow:
         return event
 
     async def _event(self, reason: str, message: str, warning: bool = False) -> None:
-        await self._kube(
-            KubeActivities.record_event, self.request.pods, reason, message, warning, summary=reason
-        )
+        await self._kube(KubeActivities.record_event, self._pods(), reason, message, warning, summary=reason)
 
     async def _kube(self, method: Callable[..., Awaitable[Any]], *args: Any, summary: str) -> Any:
         return await workflow.execute_activity_method(

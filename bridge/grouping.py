@@ -1,0 +1,280 @@
+"""Which pods become one Slurm job, and what the owning workload says about it.
+
+Precedence, as upstream: a built-in PodGroup (`spec.schedulingGroup`), then a
+coscheduling PodGroup (label `scheduling.x-k8s.io/pod-group`), then the
+controller owner chain (LeaderWorkerSet groups; Job and JobSet give per-pod
+jobs with their annotations and deadline; any other controller gives per-pod
+jobs with the highest readable controller's annotations).
+
+Reads go through a `Reader`, so the worker (Kubernetes API), and `explain`
+(objects from a file) resolve groups with exactly the same code.
+"""
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from bridge.quantity import QuantityError, mebibytes, parse_quantity, whole_cpus
+from bridge.translate import GroupShape
+
+Json = dict[str, Any]
+MAX_OWNER_DEPTH = 32
+
+LABEL_POD_GROUP = "scheduling.x-k8s.io/pod-group"
+LABEL_LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
+LABEL_LWS_GROUP_KEY = "leaderworkerset.sigs.k8s.io/group-key"
+LABEL_LWS_GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"
+LABEL_JOBSET_JOB = "jobset.sigs.k8s.io/job-name"
+
+
+@dataclass(frozen=True)
+class Kind:
+    api_version: str
+    kind: str
+    plural: str
+
+    @property
+    def group(self) -> str:
+        return self.api_version.rpartition("/")[0]
+
+    @property
+    def version(self) -> str:
+        return self.api_version.rpartition("/")[2]
+
+
+JOB = Kind("batch/v1", "Job", "jobs")
+JOBSET = Kind("jobset.x-k8s.io/v1alpha2", "JobSet", "jobsets")
+LWS = Kind("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "leaderworkersets")
+COSCHEDULING_PODGROUP = Kind("scheduling.x-k8s.io/v1alpha1", "PodGroup", "podgroups")
+BUILTIN_PODGROUP = Kind("scheduling.k8s.io/v1alpha2", "PodGroup", "podgroups")
+WORKLOAD = Kind("scheduling.k8s.io/v1alpha2", "Workload", "workloads")
+SUPPORTED = {(k.group, k.kind): k for k in (JOB, JOBSET, LWS)}
+# Controllers the bridge may read for annotations; others end the owner walk.
+READABLE = {
+    **SUPPORTED,
+    ("apps", "ReplicaSet"): Kind("apps/v1", "ReplicaSet", "replicasets"),
+    ("apps", "Deployment"): Kind("apps/v1", "Deployment", "deployments"),
+    ("apps", "StatefulSet"): Kind("apps/v1", "StatefulSet", "statefulsets"),
+}
+
+
+class GroupError(ValueError):
+    """The pod's group cannot be resolved; the message is for the pod's Events."""
+
+
+class Reader(Protocol):
+    async def get(self, kind: Kind, namespace: str, name: str) -> Json | None:
+        """The object, or None when it does not exist. Raise PermissionError when forbidden."""
+        ...
+
+    async def list_pods(self, namespace: str, label_selector: str) -> list[Json]: ...
+
+
+@dataclass(frozen=True)
+class Group:
+    """A resolved placement group."""
+
+    key: str  # stable identity: the workflow id is derived from it
+    kind: str  # Pod, Job, JobSet, LeaderWorkerSet, PodGroup
+    namespace: str
+    name: str  # job name in Slurm
+    min_pods: int  # pods that must exist before the job is submitted
+    member_selector: str | None = None  # label selector of the group's pods; None = the pod alone
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    shape: GroupShape | None = None
+
+
+def _meta(obj: Json) -> Json:
+    return obj.get("metadata") or {}
+
+
+def _controller(obj: Json) -> Json | None:
+    for ref in _meta(obj).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return dict(ref)
+    return None
+
+
+def _deadline_minutes(job: Json | None) -> int | None:
+    seconds = ((job or {}).get("spec") or {}).get("activeDeadlineSeconds")
+    return math.ceil(int(seconds) / 60) if seconds else None
+
+
+async def _owner_chain(reader: Reader, pod: Json) -> list[tuple[Kind | None, Json]]:
+    """(kind, object) for each controller above the pod, as far as it is readable."""
+    namespace = _meta(pod).get("namespace", "")
+    chain: list[tuple[Kind | None, Json]] = []
+    current = pod
+    for depth in range(MAX_OWNER_DEPTH):
+        ref = _controller(current)
+        if ref is None:
+            break
+        group = str(ref.get("apiVersion", "")).rpartition("/")[0]
+        kind = READABLE.get((group, str(ref.get("kind"))))
+        supported = (group, ref.get("kind")) in SUPPORTED
+        where = f"{ref.get('kind')} {namespace}/{ref.get('name')}"
+        if kind is None:
+            if depth == 0:
+                # The direct owner must be known; an unknown kind is a controller we do not read.
+                chain.append((None, {"metadata": {"name": ref.get("name")}}))
+            break
+        try:
+            owner = await reader.get(kind, namespace, str(ref.get("name")))
+        except PermissionError:
+            if supported or depth == 0:
+                raise GroupError(f"the bridge may not read {where}, which owns the pod") from None
+            break
+        if owner is None:
+            if supported or depth == 0:
+                raise GroupError(f"{where}, which owns the pod, does not exist") from None
+            break
+        chain.append((kind, owner))
+        current = owner
+    return chain
+
+
+def _resources_floor(pod_group: Json) -> tuple[int | None, int | None]:
+    resources = (pod_group.get("spec") or {}).get("minResources") or {}
+    try:
+        cpus = whole_cpus(parse_quantity(str(resources["cpu"]))) if "cpu" in resources else None
+        memory = mebibytes(parse_quantity(str(resources["memory"]))) if "memory" in resources else None
+    except QuantityError as error:
+        raise GroupError(f"PodGroup spec.minResources: {error}") from None
+    return (cpus or None, memory or None)
+
+
+async def resolve(reader: Reader, pod: Json) -> Group:
+    """The group `pod` belongs to, with the shape and annotations that apply to its job."""
+    meta, spec = _meta(pod), pod.get("spec") or {}
+    namespace, name = meta.get("namespace", ""), meta.get("name", "")
+    labels = meta.get("labels") or {}
+
+    builtin = (spec.get("schedulingGroup") or {}).get("podGroupName")
+    if builtin:
+        return await _builtin_pod_group(reader, pod, namespace, str(builtin))
+
+    pod_group_name = labels.get(LABEL_POD_GROUP)
+    if pod_group_name:
+        pod_group = await reader.get(COSCHEDULING_PODGROUP, namespace, pod_group_name)
+        if pod_group is not None:
+            return _coscheduling(pod_group, namespace, pod_group_name)
+
+    chain = await _owner_chain(reader, pod)
+    supported = [
+        (kind, obj) for kind, obj in chain if kind is not None and (kind.group, kind.kind) in SUPPORTED
+    ]
+    if supported and supported[-1][0] == LWS:
+        return _leader_worker_set(supported[-1][1], pod, namespace)
+    if supported:
+        kind, top = supported[-1]
+        job = next((obj for k, obj in chain if k == JOB), None)
+        return Group(
+            key=f"{namespace}/{name}/{meta.get('uid')}",
+            kind=kind.kind if kind else "Job",
+            namespace=namespace,
+            name=f"{namespace}/{name}",
+            min_pods=1,
+            annotations=_meta(top).get("annotations") or {},
+            shape=GroupShape(name=f"{namespace}/{name}", time_limit_minutes=_deadline_minutes(job)),
+        )
+    readable = [obj for kind, obj in chain if kind is not None]
+    annotations = _meta(readable[-1]).get("annotations") if readable else meta.get("annotations")
+    return Group(
+        key=f"{namespace}/{name}/{meta.get('uid')}",
+        kind="Pod",
+        namespace=namespace,
+        name=f"{namespace}/{name}",
+        min_pods=1,
+        annotations=annotations or {},
+        shape=GroupShape(name=f"{namespace}/{name}", max_nodes=1),
+    )
+
+
+def _coscheduling(pod_group: Json, namespace: str, name: str) -> Group:
+    spec = pod_group.get("spec") or {}
+    min_member = int(spec.get("minMember") or 1)
+    cpus, memory = _resources_floor(pod_group)
+    return Group(
+        key=f"{namespace}/podgroup/{name}/{_meta(pod_group).get('uid')}",
+        kind="PodGroup",
+        namespace=namespace,
+        name=name,
+        min_pods=min_member,
+        member_selector=f"{LABEL_POD_GROUP}={name}",
+        annotations=_meta(pod_group).get("annotations") or {},
+        shape=GroupShape(name=name, min_nodes=min_member, cpus_per_task=cpus, memory_mib=memory),
+    )
+
+
+def _leader_worker_set(lws: Json, pod: Json, namespace: str) -> Group:
+    labels = _meta(pod).get("labels") or {}
+    group_key, index = labels.get(LABEL_LWS_GROUP_KEY), labels.get(LABEL_LWS_GROUP_INDEX, "0")
+    lws_name = _meta(lws).get("name")
+    if not group_key:
+        raise GroupError(f"pod of LeaderWorkerSet {lws_name} has no {LABEL_LWS_GROUP_KEY} label")
+    size = int(((lws.get("spec") or {}).get("leaderWorkerTemplate") or {}).get("size") or 1)
+    name = f"{lws_name}-{index}"
+    return Group(
+        key=f"{namespace}/lws/{name}/{group_key}",
+        kind="LeaderWorkerSet",
+        namespace=namespace,
+        name=name,
+        min_pods=size,
+        member_selector=f"{LABEL_LWS_GROUP_KEY}={group_key}",
+        annotations=_meta(lws).get("annotations") or {},
+        shape=GroupShape(name=name, min_nodes=size, max_nodes=size),
+    )
+
+
+async def _builtin_pod_group(reader: Reader, pod: Json, namespace: str, name: str) -> Group:
+    pod_group = await reader.get(BUILTIN_PODGROUP, namespace, name)
+    if pod_group is None:
+        raise GroupError(f"PodGroup {namespace}/{name} named by spec.schedulingGroup does not exist")
+    # Annotations merge PodGroup → controller (e.g. the Job) → Workload; the later wins.
+    annotations: dict[str, str] = dict(_meta(pod_group).get("annotations") or {})
+    chain = await _owner_chain(reader, pod)
+    if chain and chain[-1][0] is not None:
+        annotations.update(_meta(chain[-1][1]).get("annotations") or {})
+    workload_name = (
+        ((pod_group.get("spec") or {}).get("podGroupTemplateRef") or {}).get("workload") or {}
+    ).get("workloadName")
+    if workload_name:
+        workload = await reader.get(WORKLOAD, namespace, str(workload_name))
+        annotations.update(_meta(workload or {}).get("annotations") or {})
+    gang = ((pod_group.get("spec") or {}).get("schedulingPolicy") or {}).get("gang") or {}
+    min_count = int(gang.get("minCount") or 1)
+    return Group(
+        key=f"{namespace}/podgroup/{name}/{_meta(pod_group).get('uid')}",
+        kind="PodGroup",
+        namespace=namespace,
+        name=name,
+        min_pods=min_count,
+        member_selector=None,  # members carry spec.schedulingGroup, which no label selector can match
+        annotations=annotations,
+        shape=GroupShape(name=name),
+    )
+
+
+def belongs(group: Group, pod: Json) -> bool:
+    """Whether `pod` is one of the group's pods (used on listings of the group's namespace)."""
+    meta = _meta(pod)
+    if meta.get("namespace") != group.namespace:
+        return False
+    if group.kind == "PodGroup" and group.member_selector is None:
+        return ((pod.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName") == group.name
+    if group.member_selector is None:
+        return f"{meta.get('namespace')}/{meta.get('name')}/{meta.get('uid')}" == group.key
+    key, _, value = group.member_selector.partition("=")
+    return (meta.get("labels") or {}).get(key) == value
+
+
+def in_order(pods: Sequence[Json]) -> list[Json]:
+    """A stable order for pairing pods with allocated nodes: LWS leader first, then by name."""
+
+    def index(pod: Json) -> tuple[int, str]:
+        labels = _meta(pod).get("labels") or {}
+        worker = labels.get("leaderworkerset.sigs.k8s.io/worker-index", "")
+        return (int(worker) if worker.isdigit() else 0, _meta(pod).get("name", ""))
+
+    return sorted(pods, key=index)
