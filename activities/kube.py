@@ -16,10 +16,9 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.kube_client import MERGE_PATCH, Json, KubeClient, KubeConflict, KubeNotFound, api_path
-from bridge import keys
-from bridge.models import JobDescription, PlacementRequest, PodRef
 from activities.kube_reader import KubeReader
-from bridge import grouping
+from bridge import grouping, keys
+from bridge.models import JobDescription, PlacementRequest, PodRef
 from bridge.translate import Defaults, GroupShape, TranslationError, build_job
 
 log = logging.getLogger(__name__)

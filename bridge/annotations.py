@@ -17,6 +17,7 @@ from bridge import keys
 from bridge.quantity import QuantityError, mebibytes, parse_quantity, whole_cpus
 
 INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
 
 
 class JobAnnotations(BaseModel):
@@ -53,7 +54,10 @@ class AnnotationProblem:
     message: str
 
     def __str__(self) -> str:
-        return f'annotation {self.key}="{self.value}": {self.message}'
+        # Echo at most a prefix of the value: annotations may hold up to 256 KiB,
+        # and the message ends up in a denial, an event and a log line.
+        shown = self.value if len(self.value) <= 80 else self.value[:77] + "..."
+        return f'annotation {self.key}="{shown}": {self.message}'
 
 
 class AnnotationError(ValueError):
@@ -68,19 +72,27 @@ def _text(value: str) -> str:
     return value.strip()
 
 
+def _whole_number(value: str, example: str) -> int:
+    # ASCII digits only (`\d` accepts other scripts' digits, Slurm does not);
+    # the length bound keeps hostile values from Python's int conversion limit.
+    text = value.strip()
+    if not re.fullmatch(r"[0-9]+", text):
+        raise ValueError(f"must be a whole number, for example {example}")
+    digits = text.lstrip("0") or "0"
+    if len(digits) > len(str(INT32_MAX)):
+        raise ValueError(f"must be at most {INT32_MAX}")
+    return int(digits)
+
+
 def _count(value: str) -> int:
-    if not re.fullmatch(r"\s*\d+\s*", value):
-        raise ValueError("must be a whole number, for example 2")
-    number = int(value)
+    number = _whole_number(value, "2")
     if not 1 <= number <= INT32_MAX:
         raise ValueError(f"must be between 1 and {INT32_MAX}")
     return number
 
 
 def _non_negative(value: str) -> int:
-    if not re.fullmatch(r"\s*\d+\s*", value):
-        raise ValueError("must be a whole number, for example 100")
-    number = int(value)
+    number = _whole_number(value, "100")
     if number > INT32_MAX:
         raise ValueError(f"must be at most {INT32_MAX}")
     return number
@@ -97,6 +109,9 @@ def _cpus(value: str) -> int:
         raise ValueError(str(error)) from None
     if quantity <= 0:
         raise ValueError("must be a positive CPU quantity, for example 2 or 500m")
+    if whole_cpus(quantity) > INT32_MAX:
+        # Slurm's cpus_per_task is an int32: a larger value would only fail at submission.
+        raise ValueError(f"must be at most {INT32_MAX} CPUs")
     return whole_cpus(quantity)
 
 
@@ -107,6 +122,9 @@ def _memory_mib(value: str) -> int:
         raise ValueError(str(error)) from None
     if quantity <= 0:
         raise ValueError("must be a positive memory quantity, for example 4Gi or 512Mi")
+    if mebibytes(quantity) > INT64_MAX:
+        # Slurm's memory_per_node is a 64-bit number of MiB.
+        raise ValueError("is larger than Slurm can represent; give the memory per node, for example 4Gi")
     return mebibytes(quantity)
 
 
@@ -119,12 +137,12 @@ def _boolean(value: str) -> bool:
 
 _TIME_FORMATS = (
     # Slurm's accepted time limit formats (sbatch --time), most specific first.
-    (re.compile(r"(?P<d>\d+)-(?P<h>\d+):(?P<m>\d+):(?P<s>\d+)"), "D-HH:MM:SS"),
-    (re.compile(r"(?P<d>\d+)-(?P<h>\d+):(?P<m>\d+)"), "D-HH:MM"),
-    (re.compile(r"(?P<d>\d+)-(?P<h>\d+)"), "D-HH"),
-    (re.compile(r"(?P<h>\d+):(?P<m>\d+):(?P<s>\d+)"), "HH:MM:SS"),
-    (re.compile(r"(?P<m>\d+):(?P<s>\d+)"), "MM:SS"),
-    (re.compile(r"(?P<m>\d+)"), "minutes"),
+    (re.compile(r"(?P<d>[0-9]+)-(?P<h>[0-9]+):(?P<m>[0-9]+):(?P<s>[0-9]+)"), "D-HH:MM:SS"),
+    (re.compile(r"(?P<d>[0-9]+)-(?P<h>[0-9]+):(?P<m>[0-9]+)"), "D-HH:MM"),
+    (re.compile(r"(?P<d>[0-9]+)-(?P<h>[0-9]+)"), "D-HH"),
+    (re.compile(r"(?P<h>[0-9]+):(?P<m>[0-9]+):(?P<s>[0-9]+)"), "HH:MM:SS"),
+    (re.compile(r"(?P<m>[0-9]+):(?P<s>[0-9]+)"), "MM:SS"),
+    (re.compile(r"(?P<m>[0-9]+)"), "minutes"),
 )
 TIME_LIMIT_HELP = "use minutes (30) or a Slurm time: MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS, or UNLIMITED"
 
@@ -134,6 +152,9 @@ def parse_time_limit(value: str) -> int | None:
     text = value.strip()
     if text.lower() in ("unlimited", "infinite"):
         return None
+    if len(text) > 32:
+        # No valid time limit is this long; stops hostile values before int().
+        raise ValueError(f"is too long; {TIME_LIMIT_HELP}")
     for pattern, _ in _TIME_FORMATS:
         match = pattern.fullmatch(text)
         if match is None:

@@ -22,11 +22,16 @@ _DECIMAL = {
     "P": Fraction(10**15),
     "E": Fraction(10**18),
 }
+# ASCII digits only: `\d` would also accept digits of other scripts ("٣"), which
+# the API server and Slurm reject.
 _QUANTITY = re.compile(
-    r"^(?P<sign>[+-]?)(?P<number>\d+(?:\.\d*)?|\.\d+)"
-    r"(?:(?P<binary>Ki|Mi|Gi|Ti|Pi|Ei)|(?P<exp>[eE][+-]?\d+)|(?P<decimal>[numkMGTPE]?))$"
+    r"^(?P<sign>[+-]?)(?P<number>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
+    r"(?:(?P<binary>Ki|Mi|Gi|Ti|Pi|Ei)|(?P<exp>[eE][+-]?[0-9]+)|(?P<decimal>[numkMGTPE]?))$"
 )
 MIB = 2**20
+# Far longer than any real quantity; the bound keeps a hostile value from
+# reaching Python's int conversion limit (a ValueError, not a QuantityError).
+MAX_QUANTITY_LENGTH = 128
 
 
 class QuantityError(ValueError):
@@ -34,6 +39,8 @@ class QuantityError(ValueError):
 
 
 def parse_quantity(text: str) -> Fraction:
+    if len(text) > MAX_QUANTITY_LENGTH:
+        raise QuantityError(f"{text[:20]!r}... is too long to be a Kubernetes quantity")
     match = _QUANTITY.match(text.strip())
     if match is None:
         raise QuantityError(

@@ -30,9 +30,23 @@ class PodSpecError(ValueError):
         super().__init__("; ".join(problems))
 
 
-def _resource_list(raw: Mapping[str, Any] | None, where: str, problems: list[str]) -> ResourceList:
+def _object(value: Any, where: str, problems: list[str]) -> Mapping[str, Any]:
+    """`value` when it is a JSON object; otherwise {} and, unless it is null, a problem.
+
+    Pods normally come from the API server, already schema-checked, but the
+    webhook's mutating phase and tests see objects before that: a wrong type
+    must become a problem, never an AttributeError.
+    """
+    if isinstance(value, Mapping):
+        return value
+    if value is not None:
+        problems.append(f"{where} must be an object, not {type(value).__name__}")
+    return {}
+
+
+def _resource_list(raw: Any, where: str, problems: list[str]) -> ResourceList:
     parsed: ResourceList = {}
-    for name, value in (raw or {}).items():
+    for name, value in _object(raw, where.strip() or "resources", problems).items():
         try:
             parsed[name] = parse_quantity(str(value))
         except QuantityError as error:
@@ -49,7 +63,8 @@ def _max(a: ResourceList, b: ResourceList) -> ResourceList:
 
 
 def _containers(spec: Mapping[str, Any], kind: str) -> list[Mapping[str, Any]]:
-    return [c for c in spec.get(kind) or [] if isinstance(c, Mapping)]
+    listed = spec.get(kind)
+    return [c for c in listed if isinstance(c, Mapping)] if isinstance(listed, list) else []
 
 
 @dataclass
@@ -62,10 +77,9 @@ class PodResources:
 
 def _effective(spec: Mapping[str, Any], which: str, problems: list[str]) -> ResourceList:
     def of(container: Mapping[str, Any]) -> ResourceList:
-        resources = container.get("resources") or {}
-        values = _resource_list(
-            resources.get(which), f'container "{container.get("name")}" {which}', problems
-        )
+        where = f'container "{container.get("name")}"'
+        resources = _object(container.get("resources"), f"{where} resources", problems)
+        values = _resource_list(resources.get(which), f"{where} {which}", problems)
         if which == "requests":
             # An unset request defaults to the limit, as the API server does.
             limits = _resource_list(resources.get("limits"), "", [])
@@ -85,29 +99,32 @@ def _effective(spec: Mapping[str, Any], which: str, problems: list[str]) -> Reso
             init_peak = _max(init_peak, _add(sidecars, of(container)))
     total = _max(_add(regular, sidecars), init_peak)
     total = _add(total, _resource_list(spec.get("overhead"), "spec.overhead", problems))
-    pod_level = _resource_list((spec.get("resources") or {}).get(which), f"spec.resources.{which}", problems)
+    pod_resources = _object(spec.get("resources"), "spec.resources", problems)
+    pod_level = _resource_list(pod_resources.get(which), f"spec.resources.{which}", problems)
     return {**total, **pod_level}
 
 
 def pod_resources(pod: Pod) -> PodResources:
     problems: list[str] = []
-    spec = pod.get("spec") or {}
+    spec = _object(pod.get("spec"), "spec", problems)
     result = PodResources(_effective(spec, "requests", problems), _effective(spec, "limits", problems))
     if problems:
-        raise PodSpecError(problems)
+        # Requests and limits walk the same fields: report each problem once.
+        raise PodSpecError(list(dict.fromkeys(problems)))
     return result
 
 
 def _all_resource_names(spec: Mapping[str, Any]) -> Iterable[tuple[str, str]]:
     """(container name, resource name) for every request and limit, init containers included."""
+    ignored: list[str] = []  # wrong types are reported by pod_resources()
     for kind in ("initContainers", "containers"):
         for container in _containers(spec, kind):
-            resources = container.get("resources") or {}
+            resources = _object(container.get("resources"), "", ignored)
             for which in ("requests", "limits"):
-                for name in resources.get(which) or {}:
+                for name in _object(resources.get(which), "", ignored):
                     yield str(container.get("name")), name
     for which in ("requests", "limits"):
-        for name in (spec.get("resources") or {}).get(which) or {}:
+        for name in _object(_object(spec.get("resources"), "", ignored).get(which), "", ignored):
             yield "(pod-level spec.resources)", name
 
 
@@ -117,8 +134,8 @@ def placement_problems(pod: Pod) -> list[str]:
     Shared by the admission webhook (denial messages) and the translation, so a
     pod the webhook lets through is one the worker can submit.
     """
-    spec = pod.get("spec") or {}
     problems: list[str] = []
+    spec = _object(pod.get("spec"), "spec", [])  # pod_resources() below reports a wrong type
     if spec.get("topologySpreadConstraints"):
         problems.append(
             "spec.topologySpreadConstraints is not supported: Slurm decides placement; "
