@@ -182,6 +182,7 @@ class PlacementState(BaseModel):
     """What the `state` query returns: where a placement is and how it got there."""
 
     group: str
+    pods: list[str] = Field(default_factory=list)  # members, "ns/name"
     phase: Phase = "Translating"
     job_id: int | None = None
     job_state: str = ""

@@ -60,7 +60,7 @@ class PlacementWorkflow:
         # State lives here, not in run(): signals delivered with the start
         # (signal-with-start) are applied before run() begins.
         self.request = request
-        self.state = PlacementState(group=request.group)
+        self.state = PlacementState(group=request.group, pods=[p.key for p in request.pods])
         # The group's pods: those of the request, plus members that join by signal until submission.
         self.members: dict[str, PodRef] = {pod.uid: pod for pod in request.pods}
         self.submitted = False
@@ -88,6 +88,7 @@ class PlacementWorkflow:
         self.pods[event.pod.uid] = event
         if not self.submitted and not event.terminal and not event.deleting:
             self.members.setdefault(event.pod.uid, event.pod)
+            self.state.pods = [p.key for p in self.members.values()]
         self._changes += 1
 
     @workflow.signal
@@ -137,9 +138,14 @@ class PlacementWorkflow:
             self._phase("Done", "pods gone or finished before placement")
             return
 
-        job = await self._kube(
-            KubeActivities.translate, self.request, summary="translate pods to a Slurm job"
-        )
+        request = self.request.model_copy(update={"pods": pods})
+        job = await self._kube(KubeActivities.translate, request, summary="translate pods to a Slurm job")
+        # From here on the group is fixed, in the job's order (the order pods pair with nodes).
+        self.submitted = True
+        by_key = {p.key: p for p in pods}
+        self.members = {by_key[key].uid: by_key[key] for key in job.pod_keys if key in by_key}
+        pods = self._pods()
+        self.state.pods = [p.key for p in pods]
         since = int(workflow.info().start_time.timestamp())
         submitted = await workflow.execute_activity_method(
             SlurmActivities.submit_job,
