@@ -123,6 +123,63 @@ def worker(
         fail(f"worker stopped: {error}")
 
 
+@app.command()
+def explain(
+    source: Annotated[
+        str, typer.Argument(help="a file of Kubernetes objects (YAML or JSON; - for stdin), or namespace/pod")
+    ],
+    partition: Annotated[str | None, typer.Option(help="default partition [SLURM_PARTITION]")] = None,
+    mcs_label: Annotated[str | None, typer.Option(help="[MCS_LABEL]")] = None,
+    kubeconfig: Annotated[str | None, typer.Option(help="for namespace/pod: [KUBECONFIG]")] = None,
+    namespace: Annotated[str, typer.Option(help="namespace of objects that name none")] = "default",
+) -> None:
+    """Print the Slurm job_desc_msg (REST v0.0.44) each group of pods would be submitted as."""
+    from bridge.translate import Defaults
+    from worker.explain import ExplainError, load_objects
+    from worker.explain import explain as explain_objects
+
+    defaults = Defaults(
+        partition=partition or os.environ.get("SLURM_PARTITION") or Defaults.partition,
+        mcs_label=mcs_label if mcs_label is not None else os.environ.get("MCS_LABEL", Defaults.mcs_label),
+    )
+    path = Path(source)
+    if source == "-" or path.exists():
+        text = sys.stdin.read() if source == "-" else path.read_text()
+        try:
+            explanations = asyncio.run(explain_objects(load_objects(text, source), defaults, namespace))
+        except ExplainError as error:
+            fail(str(error))
+    elif "/" in source and not source.endswith((".yaml", ".yml", ".json")):
+        explanations = [_explain_live(source, kubeconfig, defaults)]
+    else:
+        fail(f"{source}: no such file (give a file, -, or namespace/pod)")
+    typer.echo(json.dumps([dataclasses.asdict(e) for e in explanations], indent=2))
+
+
+def _explain_live(reference: str, kubeconfig: str | None, defaults: Any) -> Any:
+    from activities.kube_client import KubeClient, KubeError, KubeNotFound, api_path, load_configuration
+    from activities.kube_reader import KubeReader
+    from bridge.grouping import GroupError
+    from bridge.translate import TranslationError
+    from worker.explain import explain_live
+
+    namespace, name = _split_pod(reference)
+
+    async def run() -> Any:
+        kube = KubeClient(await load_configuration(kubeconfig or os.environ.get("KUBECONFIG")))
+        try:
+            pod = await kube.request("GET", api_path("pods", namespace=namespace, name=name))
+            return await explain_live(KubeReader(kube), pod, defaults)
+        except KubeNotFound:
+            fail(f"pod {reference} does not exist")
+        except (KubeError, GroupError, TranslationError) as error:
+            fail(f"pod {reference}: {error}")
+        finally:
+            await kube.close()
+
+    return asyncio.run(run())
+
+
 TemporalAddress = Annotated[str | None, typer.Option(help="[TEMPORAL_ADDRESS]")]
 TemporalNamespace = Annotated[str | None, typer.Option(help="[TEMPORAL_NAMESPACE]")]
 AsJson = Annotated[bool, typer.Option("--json", help="machine-readable output")]

@@ -1,0 +1,226 @@
+"""Every grouping row through `explain`, with objects of the real API shapes."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bridge.grouping import Kind
+from bridge.translate import Defaults
+from worker.explain import ExplainError, MemoryReader, explain, load_objects
+
+P = "slurmjob.slinky.slurm.net/"
+Obj = dict[str, Any]
+
+
+def owner(obj: Obj) -> list[Obj]:
+    meta = obj["metadata"]
+    uid = meta.get("uid") or f"explain:{obj['kind']}/{meta.get('namespace', 'default')}/{meta['name']}"
+    return [
+        {
+            "apiVersion": obj["apiVersion"],
+            "kind": obj["kind"],
+            "name": meta["name"],
+            "uid": uid,
+            "controller": True,
+        }
+    ]
+
+
+def pod(name: str, owned_by: Obj | None = None, labels: dict[str, str] | None = None, **spec: Any) -> Obj:
+    meta: Obj = {"name": name, "labels": labels or {}}
+    if owned_by is not None:
+        meta["ownerReferences"] = owner(owned_by)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": {
+            "schedulerName": "slurm-bridge-scheduler",
+            "containers": [
+                {"name": "main", "image": "x", "resources": {"requests": {"cpu": "2", "memory": "1Gi"}}}
+            ],
+            **spec,
+        },
+    }
+
+
+def obj(
+    api_version: str, kind: str, name: str, annotations: dict[str, str] | None = None, **spec: Any
+) -> Obj:
+    return {
+        "apiVersion": api_version,
+        "kind": kind,
+        "metadata": {"name": name, "annotations": annotations or {}},
+        "spec": spec,
+    }
+
+
+async def jobs(*objects: Obj) -> list[Any]:
+    return await explain(list(objects), Defaults())
+
+
+async def test_bare_pod_uses_its_own_annotations() -> None:
+    [job] = await jobs(pod("solo") | {"metadata": {"name": "solo", "annotations": {P + "qos": "high"}}})
+    assert (job.kind, job.pods, job.job_desc_msg["qos"], job.job_desc_msg["maximum_nodes"]) == (
+        "Pod",
+        ["default/solo"],
+        "high",
+        1,
+    )
+
+
+async def test_deployment_pods_take_the_highest_readable_controller_annotations() -> None:
+    deployment = obj("apps/v1", "Deployment", "web", {P + "account": "web-team"})
+    replica_set = obj("apps/v1", "ReplicaSet", "web-abc")
+    replica_set["metadata"]["ownerReferences"] = owner(deployment)
+    [a, b] = await jobs(deployment, replica_set, pod("web-abc-1", replica_set), pod("web-abc-2", replica_set))
+    assert a.job_desc_msg["account"] == b.job_desc_msg["account"] == "web-team"
+    assert a.pods != b.pods  # one job per pod
+
+
+async def test_job_deadline_becomes_time_limit_in_whole_minutes() -> None:
+    job = obj("batch/v1", "Job", "train", {P + "partition": "batch"}, activeDeadlineSeconds=61)
+    [explained] = await jobs(job, pod("train-x", job))
+    assert explained.kind == "Job"
+    assert explained.job_desc_msg["time_limit"] == {"set": True, "infinite": False, "number": 2}
+    assert explained.job_desc_msg["partition"] == "batch"
+
+
+async def test_jobset_annotations_apply_to_its_jobs_pods() -> None:
+    jobset = obj("jobset.x-k8s.io/v1alpha2", "JobSet", "js", {P + "wckey": "proj"})
+    job = obj("batch/v1", "Job", "js-workers-0", activeDeadlineSeconds=600)
+    job["metadata"]["ownerReferences"] = owner(jobset)
+    [explained] = await jobs(jobset, job, pod("js-workers-0-0", job))
+    assert explained.kind == "JobSet"
+    assert explained.job_desc_msg["wckey"] == "proj"
+    assert explained.job_desc_msg["time_limit"]["number"] == 10
+
+
+async def test_leader_worker_set_groups_by_group_key() -> None:
+    lws = obj("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "llm", leaderWorkerTemplate={"size": 2})
+
+    def member(name: str, index: str, worker: str) -> Obj:
+        return pod(
+            name,
+            lws,
+            {
+                "leaderworkerset.sigs.k8s.io/group-key": f"k{index}",
+                "leaderworkerset.sigs.k8s.io/group-index": index,
+                "leaderworkerset.sigs.k8s.io/worker-index": worker,
+            },
+        )
+
+    explained = await jobs(
+        lws,
+        member("llm-1-1", "1", "1"),
+        member("llm-0", "0", "0"),
+        member("llm-0-1", "0", "1"),
+        member("llm-1", "1", "0"),
+    )
+    by_name = {e.group: e for e in explained}
+    assert by_name["llm-0"].pods == ["default/llm-0", "default/llm-0-1"]
+    assert by_name["llm-1"].pods == ["default/llm-1", "default/llm-1-1"]
+    assert by_name["llm-0"].job_desc_msg["nodes"] == "2"
+    assert by_name["llm-0"].min_pods == 2
+
+
+async def test_coscheduling_pod_group_with_min_member_and_min_resources_floor() -> None:
+    group = obj(
+        "scheduling.x-k8s.io/v1alpha1",
+        "PodGroup",
+        "mpi",
+        {P + "reservation": "r1"},
+        minMember=3,
+        minResources={"cpu": "6", "memory": "512Mi"},
+    )
+    labels = {"scheduling.x-k8s.io/pod-group": "mpi"}
+    [explained] = await jobs(group, *(pod(f"mpi-{i}", labels=labels) for i in range(4)))
+    msg = explained.job_desc_msg
+    assert (explained.kind, msg["name"], msg["minimum_nodes"], msg["maximum_nodes"], msg["nodes"]) == (
+        "PodGroup",
+        "mpi",
+        3,
+        4,
+        "4",
+    )
+    assert msg["cpus_per_task"] == 6  # the PodGroup's floor beats the pods' 2 CPUs
+    assert msg["memory_per_node"]["number"] == 1024  # the pods' 1Gi beats the floor
+    assert msg["reservation"] == "r1"
+
+
+async def test_builtin_pod_group_merges_pod_group_job_and_workload_annotations() -> None:
+    workload = obj("scheduling.k8s.io/v1alpha2", "Workload", "wl", {P + "qos": "from-workload"})
+    group = obj(
+        "scheduling.k8s.io/v1alpha2",
+        "PodGroup",
+        "pg",
+        {P + "qos": "from-pg", P + "account": "from-pg"},
+        podGroupTemplateRef={"workload": {"workloadName": "wl"}},
+        schedulingPolicy={"gang": {"minCount": 2}},
+    )
+    job = obj("batch/v1", "Job", "j", {P + "account": "from-job"})
+    members = [pod(f"p{i}", job, schedulingGroup={"podGroupName": "pg"}) for i in range(2)]
+    [explained] = await jobs(workload, group, job, *members)
+    assert explained.kind == "PodGroup"
+    assert explained.job_desc_msg["qos"] == "from-workload"
+    assert explained.job_desc_msg["account"] == "from-job"
+    assert explained.min_pods == 2
+
+
+async def test_a_missing_direct_owner_is_an_error_naming_the_pod() -> None:
+    ghost = obj("batch/v1", "Job", "ghost")
+    with pytest.raises(
+        ExplainError, match=r"Pod default/orphan: Job default/ghost, which owns the pod, does not exist"
+    ):
+        await jobs(pod("orphan", ghost))
+
+
+async def test_a_forbidden_supported_owner_is_an_error() -> None:
+    from bridge import grouping
+
+    class Forbidding(MemoryReader):
+        async def get(self, kind: Kind, namespace: str, name: str) -> Obj | None:
+            raise PermissionError("forbidden")
+
+    job = obj("batch/v1", "Job", "secret")
+    target = pod("p", job)
+    target["metadata"]["namespace"] = "default"
+    with pytest.raises(grouping.GroupError, match="may not read Job default/secret"):
+        await grouping.resolve(Forbidding([]), target)
+
+
+async def test_invalid_annotation_names_object_and_key() -> None:
+    job = obj("batch/v1", "Job", "bad", {P + "max-nodes": "many"})
+    with pytest.raises(ExplainError, match=r'Job default/bad.*max-nodes="many": must be a whole number'):
+        await jobs(job, pod("bad-1", job))
+
+
+def test_loader_rejects_what_is_not_kubernetes_objects() -> None:
+    with pytest.raises(ExplainError, match="document 2 is not an object"):
+        load_objects("kind: Pod\napiVersion: v1\nmetadata: {name: a}\n---\n- 1\n")
+    with pytest.raises(ExplainError, match=r"has no metadata\.name"):
+        load_objects("kind: Pod\napiVersion: v1\n")
+    assert (
+        len(load_objects(json.dumps({"apiVersion": "v1", "kind": "List", "items": [pod("a"), pod("b")]})))
+        == 2
+    )
+
+
+def test_the_command_prints_job_desc_msgs_and_fails_with_one_line(tmp_path: Path) -> None:
+    command = str(Path(sys.executable).with_name("slurm-bridge"))
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text(json.dumps(pod("cli")))
+    done = subprocess.run(
+        [command, "explain", str(manifest), "--partition", "p1"], capture_output=True, text=True, check=True
+    )
+    [explained] = json.loads(done.stdout)
+    assert explained["job_desc_msg"]["partition"] == "p1"
+    assert explained["job_desc_msg"]["flags"] == ["EXTERNAL_JOB"]
+    failed = subprocess.run([command, "explain", "-"], input="not: [valid", capture_output=True, text=True)
+    assert failed.returncode == 2
+    assert failed.stderr.count("\n") == 1
+    assert "not YAML or JSON" in failed.stderr

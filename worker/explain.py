@@ -1,0 +1,136 @@
+"""`slurm-bridge explain`: the Slurm job each group of pods would become, without Slurm or Temporal.
+
+The same code as the worker: `bridge.grouping.resolve` through a Reader over the
+given objects instead of the API server, then `bridge.translate.build_job`.
+"""
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from bridge import grouping
+from bridge.grouping import Json, Kind
+from bridge.translate import Defaults, GroupShape, TranslationError, build_job
+
+
+class ExplainError(ValueError):
+    """Input that cannot be explained; the message names the object and field."""
+
+
+def load_objects(text: str, source: str = "input") -> list[Json]:
+    """Kubernetes objects from YAML or JSON, multi-document, `kind: List` unpacked."""
+    try:
+        documents = list(yaml.safe_load_all(text))
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(error, "problem", None) or "unreadable"
+        raise ExplainError(f"{source}: not YAML or JSON: {problem}{where}") from None
+    objects: list[Json] = []
+    for number, document in enumerate(documents, 1):
+        if document is None:
+            continue
+        if not isinstance(document, dict):
+            raise ExplainError(f"{source}: document {number} is not an object")
+        items = document.get("items") if str(document.get("kind", "")).endswith("List") else [document]
+        for obj in items or []:
+            _check(obj, f"{source}: document {number}")
+            objects.append(obj)
+    return objects
+
+
+def _check(obj: Any, where: str) -> None:
+    if not isinstance(obj, dict) or not obj.get("kind") or not obj.get("apiVersion"):
+        raise ExplainError(f"{where}: every object needs apiVersion and kind")
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict) or not meta.get("name"):
+        raise ExplainError(f"{where}: {obj['kind']} has no metadata.name")
+
+
+def _identify(obj: Json, default_namespace: str) -> Json:
+    """Give file objects what the API server would: a namespace and a uid to match owner references by."""
+    meta = obj.setdefault("metadata", {})
+    meta.setdefault("namespace", default_namespace)
+    meta.setdefault("uid", f"explain:{obj['kind']}/{meta['namespace']}/{meta['name']}")
+    return obj
+
+
+class MemoryReader:
+    """grouping.Reader over objects from a file."""
+
+    def __init__(self, objects: Iterable[Json]) -> None:
+        self.objects = list(objects)
+
+    async def get(self, kind: Kind, namespace: str, name: str) -> Json | None:
+        for obj in self.objects:
+            meta = obj["metadata"]
+            if (obj["apiVersion"].rpartition("/")[0], obj["kind"]) == (kind.group, kind.kind) and (
+                meta.get("namespace"),
+                meta.get("name"),
+            ) == (namespace, name):
+                return obj
+        return None
+
+    async def list_pods(self, namespace: str, label_selector: str) -> list[Json]:
+        return [p for p in self.pods() if p["metadata"].get("namespace") == namespace]
+
+    def pods(self) -> list[Json]:
+        return [o for o in self.objects if o["kind"] == "Pod" and o["apiVersion"] == "v1"]
+
+
+@dataclass(frozen=True)
+class Explanation:
+    group: str
+    kind: str
+    pods: list[str]
+    job_desc_msg: dict[str, object]
+    # The worker submits only once this many pods of the group exist.
+    min_pods: int = 1
+
+
+async def explain(objects: list[Json], defaults: Defaults, namespace: str = "default") -> list[Explanation]:
+    reader = MemoryReader(_identify(obj, namespace) for obj in objects)
+    pods = reader.pods()
+    if not pods:
+        raise ExplainError("no Pod objects in the input: give the pods together with their owners")
+    groups: dict[str, tuple[grouping.Group, list[Json]]] = {}
+    for pod in pods:
+        where = f"Pod {pod['metadata']['namespace']}/{pod['metadata']['name']}"
+        try:
+            group = await grouping.resolve(reader, pod)
+        except grouping.GroupError as error:
+            raise ExplainError(f"{where}: {error}") from None
+        groups.setdefault(group.key, (group, []))[1].append(pod)
+    explanations = []
+    for group, members in groups.values():
+        ordered = grouping.in_order(members)
+        try:
+            job = build_job(
+                ordered,
+                annotations=group.annotations,
+                shape=group.shape or GroupShape(name=group.name),
+                defaults=defaults,
+            )
+        except TranslationError as error:
+            raise ExplainError(f"{group.kind} {group.name}: {error}") from None
+        explanations.append(Explanation(group.name, group.kind, job.pod_keys, job.to_slurm(), group.min_pods))
+    return explanations
+
+
+async def explain_live(reader: grouping.Reader, pod: Json, defaults: Defaults) -> Explanation:
+    """The job for a pod in a cluster, with the group members that exist now."""
+    group = await grouping.resolve(reader, pod)
+    members = [pod]
+    if group.member_selector is not None or group.kind == "PodGroup":
+        listed = await reader.list_pods(group.namespace, group.member_selector or "")
+        members = [p for p in listed if grouping.belongs(group, p)] or [pod]
+    ordered = grouping.in_order(members)
+    job = build_job(
+        ordered,
+        annotations=group.annotations,
+        shape=group.shape or GroupShape(name=group.name),
+        defaults=defaults,
+    )
+    return Explanation(group.name, group.kind, job.pod_keys, job.to_slurm(), group.min_pods)
