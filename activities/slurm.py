@@ -98,6 +98,16 @@ class SlurmActivities:
                 return int(info["job_id"])
         return None
 
+    @activity.defn(name="update_job")
+    async def update_job(self, job_id: int, job: JobDescription) -> None:
+        """Apply a new description to a pending job (the bare job_desc_msg, as slurmrestd wants)."""
+        try:
+            await self.slurm.update_job(job_id, JobDescMsg.model_validate(job.to_slurm()))
+        except SlurmRejected as error:
+            raise ApplicationError(
+                f"Slurm refused the update: {error}", type=SLURM_REJECTED, non_retryable=True
+            ) from error
+
     @activity.defn(name="get_job")
     async def get_job(self, job_id: int) -> JobEvent:
         try:

@@ -130,6 +130,9 @@ class PodEvent(Frozen):
     deletion_grace_seconds: int = 30
     gone: bool = False  # the object no longer exists
     resource_version: str = ""
+    # The pod's slurmjob.slinky.slurm.net/* annotations, canonical JSON: a change
+    # while the job is pending updates the job.
+    job_annotations: str = ""
 
     @property
     def terminal(self) -> bool:

@@ -114,6 +114,7 @@ class Bridge:
                 kube_activities.set_unschedulable,
                 kube_activities.delete_pods,
                 slurm_activities.submit_job,
+                slurm_activities.update_job,
                 slurm_activities.get_job,
                 slurm_activities.cancel_job,
             ],

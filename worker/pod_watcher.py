@@ -8,6 +8,7 @@ change of a pod the bridge is involved with is signalled to its workflow.
 """
 
 import asyncio
+import json
 import logging
 from typing import Any
 
@@ -53,6 +54,10 @@ def pod_event(pod: Json, *, gone: bool = False) -> PodEvent:
         deletion_grace_seconds=int(grace),
         gone=gone,
         resource_version=meta.get("resourceVersion", ""),
+        job_annotations=json.dumps(
+            {k: v for k, v in (meta.get("annotations") or {}).items() if k.startswith(keys.SLURMJOB_PREFIX)},
+            sort_keys=True,
+        ),
     )
 
 
@@ -127,7 +132,7 @@ class PodWatcher:
         if not start and not bridge_involved(pod):
             return  # bound by someone else, or finished before we ever saw it
         self._refs[event.pod.uid] = event.pod
-        signature = (event.phase, event.node_name, event.deleting, start)
+        signature = (event.phase, event.node_name, event.deleting, start, event.job_annotations)
         if self._signature.get(event.pod.uid) == signature:
             return  # only a change the workflow cares about is worth a signal
         self._signature[event.pod.uid] = signature

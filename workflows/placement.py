@@ -23,6 +23,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 with workflow.unsafe.imports_passed_through():
     from activities.kube import BOUND_ELSEWHERE, INVALID_POD, NODE_NOT_FOUND, POD_GONE, KubeActivities
     from activities.slurm import SLURM_REJECTED, SlurmActivities, is_live
+    from bridge import keys
     from bridge import search_attributes as sa
     from bridge.models import JobEvent, Phase, PhaseChange, PlacementRequest, PlacementState, PodEvent, PodRef
 
@@ -64,6 +65,7 @@ class PlacementWorkflow:
         # The group's pods: those of the request, plus members that join by signal until submission.
         self.members: dict[str, PodRef] = {pod.uid: pod for pod in request.pods}
         self.submitted = False
+        self.translated_annotations: dict[str, str] = {}  # uid → annotations the job was built from
         self.pods: dict[str, PodEvent] = {}
         self.jobs: dict[int, JobEvent] = {}
         self.recheck = DEFAULT_RECHECK
@@ -139,6 +141,7 @@ class PlacementWorkflow:
             return
 
         request = self.request.model_copy(update={"pods": pods})
+        self.translated_annotations = self._current_annotations()
         job = await self._kube(KubeActivities.translate, request, summary="translate pods to a Slurm job")
         # From here on the group is fixed, in the job's order (the order pods pair with nodes).
         self.submitted = True
@@ -208,6 +211,8 @@ class PlacementWorkflow:
                         "SlurmJobEnded",
                     )
                 hint = current
+            if self._annotations_changed():
+                await self._update_pending_job(job_id)
             if hint is not None and hint.pending and hint.reason and hint.reason != reported:
                 reported = hint.reason
                 self.state.pending_reason = hint.reason
@@ -233,8 +238,42 @@ class PlacementWorkflow:
                 current = await self._read_job(job_id)
                 if not current.running:
                     return current
+            if self._annotations_changed():
+                self.translated_annotations = self._current_annotations()
+                await self._event(
+                    "SlurmJobAlreadyAllocated",
+                    f"Slurm job {job_id} is already running: changed {keys.SLURMJOB_PREFIX}* annotations "
+                    "only apply to a job that is still pending",
+                    warning=True,
+                )
             workflow.set_current_details(f"Slurm job {job_id} running; pods bound")
             await self._wait_for_change(job_id, self._deletion_deadline())
+
+    def _current_annotations(self) -> dict[str, str]:
+        return {uid: event.job_annotations for uid, event in self.pods.items() if uid in self.members}
+
+    def _annotations_changed(self) -> bool:
+        return any(
+            self.translated_annotations.get(uid, annotations) != annotations
+            for uid, annotations in self._current_annotations().items()
+        )
+
+    async def _update_pending_job(self, job_id: int) -> None:
+        """The user changed the job's annotations while Slurm still waits: update the job."""
+        self.translated_annotations = self._current_annotations()
+        request = self.request.model_copy(update={"pods": self._pods()})
+        try:
+            job = await self._kube(KubeActivities.translate, request, summary="translate changed annotations")
+            await self._slurm(SlurmActivities.update_job, job_id, job, summary=f"update job {job_id}")
+        except ActivityError as error:
+            cause = error.cause
+            if not (isinstance(cause, ApplicationError) and cause.non_retryable):
+                raise
+            await self._event(
+                "SlurmJobUpdateFailed", f"Slurm job {job_id} kept as it was: {cause.message}", True
+            )
+            return
+        await self._event("SlurmJobUpdated", f"Slurm job {job_id} updated from the changed annotations")
 
     async def _wait_for_change(self, job_id: int, deadline: timedelta | None = None) -> None:
         seen = self._changes

@@ -8,6 +8,7 @@ whose role as kubelet the tests play by setting pod phases.
 import asyncio
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -256,3 +257,42 @@ async def test_two_worker_replicas_place_each_pod_once(make_stack: StackFactory)
         stack.kube.set_pod_phase(stack.namespace, name, "Succeeded")
     for name in names:
         await stack.wait_pod(name, finished_cleanly)
+
+
+async def test_annotation_change_updates_a_pending_job_and_is_refused_once_running(
+    make_stack: StackFactory,
+) -> None:
+    stack = await make_stack(nodes=1)
+    stack.create_pod("holder")
+    await stack.wait_pod("holder", bound)
+    stack.create_pod("waiting", annotations={keys.SLURMJOB_PREFIX + "timelimit": "30"})
+    job_id = job_id_of(
+        await stack.wait_pod("waiting", lambda p: (scheduled_condition(p) or {}).get("reason"))
+    )
+    assert job_id is not None
+
+    def set_limit(minutes: str) -> Callable[[Pod], None]:
+        def change(pod: Pod) -> None:
+            pod["metadata"]["annotations"][keys.SLURMJOB_PREFIX + "timelimit"] = minutes
+
+        return change
+
+    stack.kube.update_object("pods", "waiting", set_limit("45"), stack.namespace)
+    await stack.kube.wait_for_async(
+        lambda: any(e["reason"] == "SlurmJobUpdated" for e in stack.events("waiting"))
+    )
+    job = (await stack.slurm.get_job(job_id)).model_dump(mode="json")
+    assert job["time_limit"]["number"] == 45
+    assert job["job_state"] == ["PENDING"]
+
+    stack.kube.set_pod_phase(stack.namespace, "holder", "Succeeded")
+    await stack.wait_pod("waiting", bound)
+    stack.kube.update_object("pods", "waiting", set_limit("60"), stack.namespace)
+    await stack.kube.wait_for_async(
+        lambda: any(e["reason"] == "SlurmJobAlreadyAllocated" for e in stack.events("waiting"))
+    )
+    assert (await stack.slurm.get_job(job_id)).model_dump(mode="json")["time_limit"]["number"] == 45
+
+    stack.kube.set_pod_phase(stack.namespace, "waiting", "Succeeded")
+    await stack.wait_pod("waiting", finished_cleanly)
+    await stack.wait_pod("holder", finished_cleanly)
