@@ -30,6 +30,8 @@ as observed against slurmrestd 26.05.5 (v0.0.44, accounting_storage/none):
 
 import logging
 import os
+import re
+import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -210,6 +212,15 @@ def classify(
     return unspecified
 
 
+# Ids and names in paths would make a metric series per job: fold them into a template.
+_PATH_IDS = re.compile(r"/(job|node|partition|resources)/(?!submit)[^/?]+")
+
+
+def operation_template(method: str, path: str) -> str:
+    """`GET /job/{}` for `GET /job/42`: what the observer is told."""
+    return f"{method} {_PATH_IDS.sub(lambda m: f'/{m.group(1)}/{{}}', path)}"
+
+
 class JobList(NamedTuple):
     """`list_jobs`'s answer: the jobs, and the `update_time` to pass on the next call."""
 
@@ -232,8 +243,11 @@ class SlurmClient:
         token_file: Path | None,
         timeout: float = 10.0,
         transport: httpx.AsyncBaseTransport | None = None,
+        observer: Callable[[str, str, float], None] | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        # Told (operation template, outcome, seconds) after every request: metrics.
+        self.observer = observer
         self.user_name = user_name
         self.token_file = Path(token_file) if token_file is not None else None
         self._http = httpx.AsyncClient(
@@ -409,6 +423,36 @@ class SlurmClient:
         tolerate: _Tolerate | None = None,
     ) -> dict[str, Any]:
         """One request; its JSON object, or the SlurmError it amounts to."""
+        started = time.perf_counter()
+        outcome = "ok"
+        try:
+            return await self._request(
+                method,
+                path,
+                body=body,
+                params=params,
+                not_found=not_found,
+                unspecified=unspecified,
+                tolerate=tolerate,
+            )
+        except SlurmError as error:
+            outcome = type(error).__name__
+            raise
+        finally:
+            if self.observer is not None:
+                self.observer(operation_template(method, path), outcome, time.perf_counter() - started)
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: BaseModel | None,
+        params: Mapping[str, str] | None,
+        not_found: Collection[int],
+        unspecified: type[SlurmError],
+        tolerate: _Tolerate | None,
+    ) -> dict[str, Any]:
         operation = f"{method} {path}"
         headers = self._auth_headers(operation)
         json_body = request_body(body) if body is not None else None

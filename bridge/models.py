@@ -133,6 +133,7 @@ class PodEvent(Frozen):
     # The pod's slurmjob.slinky.slurm.net/* annotations, canonical JSON: a change
     # while the job is pending updates the job.
     job_annotations: str = ""
+    created: str = ""  # metadata.creationTimestamp (RFC 3339), for the pod-created → bound metric
 
     @property
     def terminal(self) -> bool:

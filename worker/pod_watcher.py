@@ -54,6 +54,7 @@ def pod_event(pod: Json, *, gone: bool = False) -> PodEvent:
         deletion_grace_seconds=int(grace),
         gone=gone,
         resource_version=meta.get("resourceVersion", ""),
+        created=meta.get("creationTimestamp", ""),
         job_annotations=json.dumps(
             {k: v for k, v in (meta.get("annotations") or {}).items() if k.startswith(keys.SLURMJOB_PREFIX)},
             sort_keys=True,

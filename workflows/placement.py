@@ -13,7 +13,7 @@ run watchers) can never bind to a stale allocation or kill a healthy pod.
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
@@ -180,6 +180,7 @@ class PlacementWorkflow:
         )
         await self._kube(KubeActivities.bind_pods, pods, nodes, summary=f"bind to {', '.join(nodes)}")
         self._phase("Bound", f"bound to {', '.join(nodes)}", sa.SLURM_NODES.value_set(nodes))
+        self._record_bind_latency()
         await self._event(
             "Bound", f"Slurm job {job_id} allocated {', '.join(running.nodes)}; bound to {', '.join(nodes)}"
         )
@@ -348,12 +349,26 @@ class PlacementWorkflow:
 
     # -- helpers -------------------------------------------------------------
 
+    def _record_bind_latency(self) -> None:
+        created = [e.created for uid, e in self.pods.items() if uid in self.members and e.created]
+        if not created:
+            return
+        first = datetime.fromisoformat(min(created).replace("Z", "+00:00"))
+        seconds = max((workflow.now() - first).total_seconds(), 0.0)
+        workflow.metric_meter().create_histogram_float(
+            "slurm_bridge_pod_created_to_bound_seconds", "pod creation to binding, per placement", unit="s"
+        ).record(seconds, {"kind": self.request.kind})
+
     def _phase(self, phase: Phase, detail: str, *also: SearchAttributeUpdate[Any]) -> None:
         self.state.phase = phase
         self.state.history.append(PhaseChange(phase=phase, at=workflow.now().isoformat(), detail=detail))
         # One upsert command per phase change (each command is a billable action).
         workflow.upsert_search_attributes([sa.PLACEMENT_PHASE.value_set(phase), *also])
         workflow.set_current_details(f"{phase}: {detail}")
+        if phase in ("Done", "Failed"):
+            workflow.metric_meter().create_counter(
+                "slurm_bridge_placements", "finished placements by outcome"
+            ).add(1, {"outcome": phase, "kind": self.request.kind})
 
     async def _read_job(self, job_id: int) -> JobEvent:
         event: JobEvent = await self._slurm(SlurmActivities.get_job, job_id, summary=f"read job {job_id}")
