@@ -131,8 +131,14 @@ class PlacementWorkflow:
     async def _place(self) -> None:
         if len(self.members) < self.request.min_pods:
             self._phase("Translating", f"waiting for {self.request.min_pods} pods of {self.request.group}")
-            await workflow.wait_condition(lambda: len(self._live_members()) >= self.request.min_pods)
+            # Also stop waiting when every pod that joined is gone again.
+            await workflow.wait_condition(
+                lambda: len(self._live_members()) >= self.request.min_pods or not self._live_members()
+            )
         self.members = {p.uid: p for p in self._live_members()}
+        if not self.members:
+            self._phase("Done", "every pod of the group was deleted before the group was complete")
+            return
         pods = self._pods()
         present = await self._kube(KubeActivities.add_finalizer, pods, summary="add finalizer")
         if len(present) < len(pods) or self._pods_finished():
