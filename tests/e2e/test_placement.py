@@ -7,6 +7,7 @@ whose role as kubelet the tests play by setting pod phases.
 
 import asyncio
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -14,13 +15,17 @@ from typing import Any
 
 import pytest
 from temporalio.client import WorkflowFailureError
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
 
 from bridge import keys
 from tests.e2e.conftest import StackFactory
 from tests.e2e.harness import Pod, Stack, job_id_of
 from worker.operations import RetryRefused, retry_placement
+from workflows.placement import PlacementWorkflow
 
 pytestmark = pytest.mark.slurm
+GOLDEN_HISTORY = Path(__file__).parent.parent / "histories" / "placement-bound-done.json"
 
 
 def bound(pod: Pod | None) -> str | None:
@@ -95,6 +100,14 @@ async def test_pod_is_bound_to_the_node_slurm_allocated_and_job_ends_with_the_po
         "Cleaning",
         "Done",
     ]
+
+    # The run replays deterministically with the code that made it; set
+    # SLURM_BRIDGE_RECORD_HISTORY=1 to refresh the golden history that guards upgrades.
+    history = await stack.handle(created).fetch_history()
+    replayer = Replayer(workflows=[PlacementWorkflow], data_converter=pydantic_data_converter)
+    await replayer.replay_workflow(history)
+    if os.environ.get("SLURM_BRIDGE_RECORD_HISTORY"):
+        GOLDEN_HISTORY.write_text(history.to_json())
 
 
 async def test_second_pod_waits_for_resources_then_takes_the_freed_node(make_stack: StackFactory) -> None:

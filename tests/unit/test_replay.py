@@ -1,0 +1,28 @@
+"""Workflow upgrades must not break placements in flight.
+
+The golden history is a real placement (bound, then done) recorded by
+tests/e2e/test_placement.py with SLURM_BRIDGE_RECORD_HISTORY=1. Replaying it
+with today's PlacementWorkflow fails with a NondeterminismError when a change
+alters the commands an existing history expects: gate such changes with
+`workflow.patched()` (docs/operations.md).
+"""
+
+from pathlib import Path
+
+from temporalio.client import WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from workflows.placement import PlacementWorkflow
+
+HISTORIES = Path(__file__).parent.parent / "histories"
+
+
+async def test_recorded_placements_replay_with_the_current_workflow() -> None:
+    files = sorted(HISTORIES.glob("*.json"))
+    assert files, "no golden histories"
+    replayer = Replayer(workflows=[PlacementWorkflow], data_converter=pydantic_data_converter)
+    for file in files:
+        history = WorkflowHistory.from_json(file.stem, file.read_text())
+        result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+        assert result.replay_failure is None, f"{file.name}: {result.replay_failure}"
