@@ -91,6 +91,9 @@ def worker(
     job_watch_interval: Annotated[
         float | None, typer.Option(help="seconds between Slurm job-change queries [JOB_WATCH_INTERVAL]")
     ] = None,
+    node_sync_interval: Annotated[
+        float | None, typer.Option(help="seconds between scheduled node syncs [NODE_SYNC_INTERVAL]")
+    ] = None,
     metrics_port: Annotated[int | None, typer.Option(help="Prometheus port, 0 = off [METRICS_PORT]")] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning")] = "info",
 ) -> None:
@@ -108,6 +111,7 @@ def worker(
             partition=partition,
             mcs_label=mcs_label,
             job_watch_interval=job_watch_interval,
+            node_sync_interval=node_sync_interval,
             metrics_port=metrics_port,
         )
     except ConfigurationError as error:
@@ -331,6 +335,16 @@ def retry(
     run_id = run_client(run())
     typer.echo(f"placement of {pod} started again (run {run_id}); follow it with: slurm-bridge status {pod}")
     done()
+
+
+def _register_webhook() -> None:
+    # The webhook's options live with the webhook (webhook/command.py).
+    from webhook.command import webhook
+
+    app.command("webhook")(webhook)
+
+
+_register_webhook()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,278 @@
+"""/validate for pods over HTTPS: every denial, and what stays allowed."""
+
+import pytest
+
+from tests.webhook.conftest import Admission
+from tests.webhook.reviews import (
+    BRIDGE_USER,
+    DRA,
+    JOBID,
+    NODE,
+    OTHER_NS,
+    SCHEDULER,
+    Json,
+    P,
+    container,
+    pod,
+    review,
+)
+
+
+def bridge_pod(**kwargs: object) -> Json:
+    return pod(scheduler=SCHEDULER, **kwargs)  # type: ignore[arg-type]
+
+
+def denial(admission: Admission, sent: Json) -> str:
+    response = admission.validate(sent)
+    assert not response["allowed"], response
+    assert response["status"]["code"] == 403
+    assert response["status"]["reason"] == "Forbidden"
+    message: str = response["status"]["message"]
+    assert message.startswith("slurm-bridge: ")
+    return message
+
+
+def allowed(admission: Admission, sent: Json) -> Json:
+    response = admission.validate(sent)
+    assert response["allowed"], response.get("status")
+    return response
+
+
+# -- bridge-owned keys --------------------------------------------------------
+
+
+@pytest.mark.parametrize("namespace", ["hpc", OTHER_NS])
+@pytest.mark.parametrize("scheduler", [SCHEDULER, "default-scheduler"])
+def test_no_one_creates_a_pod_with_a_job_id(admission: Admission, namespace: str, scheduler: str) -> None:
+    obj = pod(namespace=namespace, scheduler=scheduler, labels={JOBID: "42"})
+    message = denial(admission, review(obj))
+    assert f"metadata.labels: the label {JOBID} is set by slurm-bridge" in message
+    assert "remove it from the manifest" in message
+    assert BRIDGE_USER in message
+
+
+def test_no_one_creates_a_pod_with_a_node_annotation(admission: Admission) -> None:
+    message = denial(admission, review(bridge_pod(annotations={NODE: "node-1"})))
+    assert f"metadata.annotations: the annotation {NODE} is set by slurm-bridge" in message
+
+
+def test_the_bridge_may_set_them(admission: Admission) -> None:
+    allowed(admission, review(bridge_pod(labels={JOBID: "42"}, annotations={NODE: "n"}), user=BRIDGE_USER))
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        ({JOBID: "42"}, {JOBID: "43"}),  # riding on another job's allocation
+        ({}, {JOBID: "43"}),  # labelling first, before the bridge does
+        ({JOBID: "42"}, {}),  # detaching a pod from its job
+    ],
+)
+def test_users_cannot_change_the_job_id(
+    admission: Admission, before: dict[str, str], after: dict[str, str]
+) -> None:
+    old, new = bridge_pod(labels=before), bridge_pod(labels=after)
+    message = denial(admission, review(new, old=old, operation="UPDATE"))
+    assert f"the label {JOBID} cannot be changed" in message
+    assert "keep its current value" in message
+    allowed(admission, review(new, old=old, operation="UPDATE", user=BRIDGE_USER))
+
+
+def test_users_cannot_change_the_node_annotation(admission: Admission) -> None:
+    old, new = bridge_pod(annotations={NODE: "a"}), bridge_pod(annotations={NODE: "b"})
+    message = denial(admission, review(new, old=old, operation="UPDATE"))
+    assert 'cannot be changed from "a" to "b"' in message
+
+
+def test_users_may_update_other_labels_of_a_placed_pod(admission: Admission) -> None:
+    old = bridge_pod(labels={JOBID: "42"}, annotations={NODE: "a"})
+    new = bridge_pod(labels={JOBID: "42", "team": "x"}, annotations={NODE: "a", "note": "y"})
+    allowed(admission, review(new, old=old, operation="UPDATE"))
+
+
+# -- placement ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ({"topologySpreadConstraints": [{"maxSkew": 1}]}, "spec.topologySpreadConstraints is not supported"),
+        ({"resourceClaims": [{"name": "gpu"}]}, "spec.resourceClaims is not supported"),
+        ({"nodeName": "node-1"}, 'spec.nodeName is "node-1"'),
+        (
+            {"containers": [container(limits={"cpu": "1"}), container("b", limits={DRA + "dra.cpu": "2"})]},
+            f'"cpu" and "{DRA}dra.cpu" cannot both be requested',
+        ),
+        (
+            {"initContainers": [container("setup", requests={DRA + "fpga.example.com": "1"})]},
+            'container "setup" uses unsupported DRA device class "fpga.example.com"',
+        ),
+        ({"containers": [container(limits={"memory": "lots"})]}, "'lots' is not a Kubernetes quantity"),
+        ({"overhead": {"cpu": "1.2.3"}}, "spec.overhead cpu"),
+    ],
+)
+def test_what_slurm_cannot_place_is_refused(admission: Admission, spec: Json, expected: str) -> None:
+    assert expected in denial(admission, review(bridge_pod(**spec)))
+
+
+def test_an_empty_topology_spread_list_is_fine(admission: Admission) -> None:
+    allowed(admission, review(bridge_pod(topologySpreadConstraints=[])))
+
+
+def test_supported_devices_are_fine(admission: Admission) -> None:
+    containers = [
+        container(limits={DRA + "gpu.nvidia.com": "2", DRA + "dra.cpu": "4"}),
+        container("b", limits={"nvidia.com/gpu": "1", "example.com/widget": "3"}),
+    ]
+    allowed(admission, review(bridge_pod(containers=containers)))
+
+
+def test_pods_of_other_schedulers_are_not_checked(admission: Admission) -> None:
+    allowed(admission, review(pod(scheduler="volcano", topologySpreadConstraints=[{"maxSkew": 1}])))
+    allowed(admission, review(pod(namespace=OTHER_NS, annotations={P + "timelimit": "soon"})))
+
+
+def test_a_default_scheduler_pod_in_a_managed_namespace_is_checked(admission: Admission) -> None:
+    # What /mutate would have made ours (e.g. if the mutating webhook is set to Ignore and was down).
+    assert "timelimit" in denial(admission, review(pod(annotations={P + "timelimit": "soon"})))
+
+
+# -- annotations --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "expected"),
+    [
+        ("min-nodes", "two", "must be a whole number"),
+        ("max-nodes", "0", "must be between 1 and"),
+        ("priority", "-1", "must be a whole number"),
+        ("user-id", "alice", "must be a whole number"),
+        ("group-id", "99999999999", "must be at most 2147483647"),
+        ("timelimit", "soon", "is not a time limit"),
+        ("mem-per-node", "4GB", "'4GB' is not a Kubernetes quantity (examples: 2, 500m"),
+        ("cpu-per-task", "0", "must be a positive CPU quantity"),
+        ("exclusive", "yes", 'must be "true" or "false"'),
+        ("account", " ", "must not be empty"),
+        ("timelimt", "30", f"unknown annotation; did you mean {P}timelimit?"),
+    ],
+)
+def test_each_bad_annotation_is_named_with_its_fix(
+    admission: Admission, key: str, value: str, expected: str
+) -> None:
+    message = denial(admission, review(bridge_pod(annotations={P + key: value})))
+    assert f'annotation {P}{key}="{value}": {expected}' in message
+
+
+def test_every_problem_is_reported_at_once(admission: Admission) -> None:
+    annotations = {P + "min-nodes": "3", P + "max-nodes": "2", P + "qos": "", P + "wat": "1"}
+    message = denial(admission, review(bridge_pod(annotations=annotations)))
+    assert "min-nodes must be <= max-nodes" in message
+    assert "qos" in message
+    assert f"{P}wat" in message
+
+
+def test_good_annotations_pass(admission: Admission) -> None:
+    annotations = {
+        P + "timelimit": "2-12:00",
+        P + "mem-per-node": "4Gi",
+        P + "cpu-per-task": "500m",
+        P + "exclusive": "false",
+        P + "partition": "gpu",
+        P + "priority": "100",
+    }
+    allowed(admission, review(bridge_pod(annotations=annotations)))
+
+
+def test_a_bare_pod_gets_the_translations_verdict(admission: Admission) -> None:
+    # A bare pod is one Slurm job on one node: min-nodes 2 cannot be satisfied.
+    message = denial(admission, review(bridge_pod(annotations={P + "min-nodes": "2"})))
+    assert "cannot become a Slurm job" in message
+    assert "min-nodes" in message
+
+
+def test_a_workload_pod_is_shaped_by_its_workload(admission: Admission) -> None:
+    obj = bridge_pod(annotations={P + "min-nodes": "2"})
+    obj["metadata"]["ownerReferences"] = [{"kind": "Job", "name": "j", "uid": "1", "controller": True}]
+    allowed(admission, review(obj))
+
+
+@pytest.mark.parametrize(
+    ("annotation", "resources", "expected"),
+    [
+        ("cpu-per-task", {DRA + "dra.cpu": "4"}, "cpu-per-task cannot be combined with"),
+        ("gres", {DRA + "gpu.nvidia.com": "1"}, "gres cannot be combined with DRA device requests"),
+    ],
+)
+def test_annotations_contradicting_dra_requests_are_refused(
+    admission: Admission, annotation: str, resources: Json, expected: str
+) -> None:
+    value = "2" if annotation == "cpu-per-task" else "gres/gpu=1"
+    obj = bridge_pod(annotations={P + annotation: value}, containers=[container(limits=resources)])
+    assert expected in denial(admission, review(obj))
+
+
+def test_gres_with_device_plugin_gpus_is_fine(admission: Admission) -> None:
+    obj = bridge_pod(
+        annotations={P + "gres": "gres/gpu=1"}, containers=[container(limits={"nvidia.com/gpu": "1"})]
+    )
+    allowed(admission, review(obj))
+
+
+def test_annotations_must_be_strings(admission: Admission) -> None:
+    obj = bridge_pod()
+    obj["metadata"]["annotations"] = {P + "min-nodes": 2}
+    assert "quote numbers and booleans" in denial(admission, review(obj))
+
+
+# -- updates and subresources -------------------------------------------------
+
+
+def test_an_update_may_not_introduce_a_bad_annotation(admission: Admission) -> None:
+    old = bridge_pod()
+    new = bridge_pod(annotations={P + "timelimit": "later"})
+    assert "pod update not accepted" in denial(admission, review(new, old=old, operation="UPDATE"))
+
+
+def test_an_old_problem_does_not_block_updates(admission: Admission) -> None:
+    # A pod from before the webhook, its finalizer being removed: allowed, with a warning.
+    old = bridge_pod(annotations={P + "timelimit": "later"})
+    new = bridge_pod(annotations={P + "timelimit": "later"})
+    new["metadata"]["finalizers"] = []
+    response = allowed(admission, review(new, old=old, operation="UPDATE", user=BRIDGE_USER))
+    assert "already present" in response["warnings"][0]
+
+
+def test_a_bound_pod_can_be_updated(admission: Admission) -> None:
+    old = bridge_pod(nodeName="node-1", labels={JOBID: "1"})
+    new = bridge_pod(nodeName="node-1", labels={JOBID: "1", "x": "y"})
+    allowed(admission, review(new, old=old, operation="UPDATE"))
+
+
+def test_resizing_a_bridge_pod_is_refused(admission: Admission) -> None:
+    old = bridge_pod(containers=[container(limits={"cpu": "1"})])
+    new = bridge_pod(containers=[container(limits={"cpu": "2"})])
+    message = denial(admission, review(new, old=old, operation="UPDATE", sub_resource="resize"))
+    assert "pods/resize" in message
+    assert "delete the pod and create it again" in message
+
+
+def test_resizing_other_pods_is_fine(admission: Admission) -> None:
+    allowed(admission, review(pod(), old=pod(), operation="UPDATE", sub_resource="resize"))
+
+
+@pytest.mark.parametrize("sub_resource", ["status", "binding", "ephemeralcontainers"])
+def test_other_subresources_are_not_policed(admission: Admission, sub_resource: str) -> None:
+    obj = bridge_pod(labels={JOBID: "9"})
+    allowed(admission, review(obj, old=bridge_pod(), operation="UPDATE", sub_resource=sub_resource))
+
+
+def test_delete_is_always_allowed(admission: Admission) -> None:
+    obj = bridge_pod(annotations={P + "timelimit": "never"}, labels={JOBID: "3"})
+    allowed(admission, review(None, old=obj, operation="DELETE"))
+
+
+def test_an_update_without_old_object_is_a_400(admission: Admission) -> None:
+    response = admission.validate(review(bridge_pod(), operation="UPDATE"))
+    assert not response["allowed"]
+    assert response["status"]["code"] == 400
+    assert "request.oldObject" in response["status"]["message"]

@@ -1,0 +1,86 @@
+"""Which pods are the bridge's, shared by mutation and validation so they never disagree."""
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from bridge import keys
+
+DEFAULT_SCHEDULER = "default-scheduler"
+MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
+
+
+@dataclass(frozen=True)
+class AdmissionPolicy:
+    """Deployment-wide settings the (pure) decisions need."""
+
+    scheduler_name: str = keys.DEFAULT_SCHEDULER_NAME
+    # Usernames allowed to write the bridge-owned label and annotation.
+    bridge_users: frozenset[str] = field(default_factory=frozenset)
+
+    def is_bridge_user(self, username: str) -> bool:
+        return username in self.bridge_users
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def owned_by_daemonset(pod: Mapping[str, Any]) -> bool:
+    owners = _mapping(pod.get("metadata")).get("ownerReferences")
+    return isinstance(owners, list) and any(
+        isinstance(o, Mapping) and o.get("kind") == "DaemonSet" and o.get("controller") for o in owners
+    )
+
+
+def has_controller(pod: Mapping[str, Any]) -> bool:
+    """True when a workload (Job, ReplicaSet, ...) controls the pod; False for a bare pod."""
+    owners = _mapping(pod.get("metadata")).get("ownerReferences")
+    return isinstance(owners, list) and any(isinstance(o, Mapping) and o.get("controller") for o in owners)
+
+
+def is_bridge_pod(pod: Mapping[str, Any], *, managed: bool, policy: AdmissionPolicy) -> bool:
+    """Will Slurm place this pod (once mutated)?
+
+    Yes if it names our scheduler. In a managed namespace also if it asks for
+    the default scheduler (or none) - except node-bound system pods: a mirror
+    pod is the kubelet's record of a static pod already running on its node,
+    and a DaemonSet pod belongs on every node by definition; moving either to
+    Slurm would break it, and no administrator managing a namespace wants that.
+    """
+    spec = _mapping(pod.get("spec"))
+    scheduler = spec.get("schedulerName")
+    if scheduler == policy.scheduler_name:
+        return True
+    if not managed or scheduler not in (None, "", DEFAULT_SCHEDULER):
+        return False
+    annotations = _mapping(_mapping(pod.get("metadata")).get("annotations"))
+    return MIRROR_POD_ANNOTATION not in annotations and not owned_by_daemonset(pod)
+
+
+def managed_node_toleration(scheduler_name: str) -> dict[str, str]:
+    return {
+        "key": keys.TAINT_MANAGED_NODE,
+        "operator": "Equal",
+        "value": scheduler_name,
+        "effect": "NoExecute",
+    }
+
+
+def tolerates_managed_nodes(toleration: Any, scheduler_name: str) -> bool:
+    """Does this toleration already let the pod stay on bridge nodes for good?
+
+    A toleration with `tolerationSeconds` does not count: on a NoExecute taint
+    it only delays the eviction.
+    """
+    if not isinstance(toleration, Mapping) or toleration.get("tolerationSeconds") is not None:
+        return False
+    if toleration.get("effect") not in (None, "", "NoExecute"):
+        return False
+    operator = toleration.get("operator") or "Equal"
+    key = toleration.get("key") or ""
+    if operator == "Exists":
+        return key in ("", keys.TAINT_MANAGED_NODE)
+    return (
+        operator == "Equal" and key == keys.TAINT_MANAGED_NODE and toleration.get("value") == scheduler_name
+    )
