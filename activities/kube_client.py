@@ -170,7 +170,7 @@ class KubeClient:
             if response.status >= 300:
                 data = await response.read()
                 raise _error(response.status, json.loads(data) if data else {})
-            async for line in response.content:
+            async for line in _lines(response):
                 if not line.strip():
                     continue
                 event = json.loads(line)
@@ -182,6 +182,15 @@ class KubeClient:
                 yield event
         finally:
             response.release()
+
+
+async def _lines(response: Any) -> AsyncIterator[bytes]:
+    """The watch stream's lines; a dropped connection becomes a KubeError the watcher handles."""
+    try:
+        async for line in response.content:
+            yield line
+    except (aiohttp.ClientError, OSError, TimeoutError) as error:
+        raise KubeError(0, "Disconnected", f"watch stream broke: {error}") from error
 
 
 def _error(status: int, body: Any) -> KubeError:

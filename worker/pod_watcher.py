@@ -96,7 +96,11 @@ class PodWatcher:
             except WatchExpired:
                 log.info("pod watch expired; re-listing")
             except (KubeError, OSError, ValueError) as error:
-                log.warning("pod watch failed, retrying in 2 s: %s", error)
+                log.warning("pod watch failed, re-listing in 2 s: %s", error)
+                await asyncio.sleep(2)
+            except Exception:
+                # The watcher must outlive anything unexpected: log it and start over.
+                log.exception("pod watcher error, re-listing in 2 s")
                 await asyncio.sleep(2)
 
     async def close(self) -> None:

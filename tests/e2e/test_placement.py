@@ -309,3 +309,22 @@ async def test_annotation_change_updates_a_pending_job_and_is_refused_once_runni
     stack.kube.set_pod_phase(stack.namespace, "waiting", "Succeeded")
     await stack.wait_pod("waiting", finished_cleanly)
     await stack.wait_pod("holder", finished_cleanly)
+
+
+async def test_pod_watcher_recovers_from_a_broken_watch_and_expired_history(make_stack: StackFactory) -> None:
+    stack = await make_stack(nodes=2)
+    stack.create_pod("before")
+    await stack.wait_pod("before", bound)
+    lists_before = sum(1 for r in stack.kube.requests if r.path == "/api/v1/pods" and "watch" not in r.query)
+
+    stack.kube.compact_history()  # the resourceVersion the watcher holds is now too old (410)
+    stack.kube._httpd.drop_connections()  # and its watch stream breaks
+    stack.create_pod("after")
+    await stack.wait_pod("after", bound)
+    lists_after = sum(1 for r in stack.kube.requests if r.path == "/api/v1/pods" and "watch" not in r.query)
+    assert lists_after > lists_before  # it re-listed instead of missing the new pod
+
+    for name in ("before", "after"):
+        stack.kube.set_pod_phase(stack.namespace, name, "Succeeded")
+    for name in ("before", "after"):
+        await stack.wait_pod(name, finished_cleanly)
