@@ -318,7 +318,7 @@ async def test_pod_watcher_recovers_from_a_broken_watch_and_expired_history(make
     lists_before = sum(1 for r in stack.kube.requests if r.path == "/api/v1/pods" and "watch" not in r.query)
 
     stack.kube.compact_history()  # the resourceVersion the watcher holds is now too old (410)
-    stack.kube._httpd.drop_connections()  # and its watch stream breaks
+    stack.kube.break_connections()  # and its watch stream breaks
     stack.create_pod("after")
     await stack.wait_pod("after", bound)
     lists_after = sum(1 for r in stack.kube.requests if r.path == "/api/v1/pods" and "watch" not in r.query)

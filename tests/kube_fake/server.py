@@ -194,6 +194,11 @@ class FakeKubeServer:
         """Open watch streams (wait on this instead of sleeping until a client watches)."""
         return self.store.active_watches
 
+    def break_connections(self) -> None:
+        """Cut every open connection, watch streams included, as a network failure would."""
+        if self._httpd is not None:
+            self._httpd.drop_connections()
+
     def send_bookmarks(self) -> None:
         """Every watch that allows bookmarks sends one now."""
         self.store.request_bookmarks()
