@@ -4,6 +4,7 @@ import asyncio
 from typing import Any
 
 import pytest
+from temporalio.client import WorkflowHandle
 
 from bridge import grouping, keys
 from bridge.models import PlacementState
@@ -26,7 +27,9 @@ def finished_cleanly(pod: Pod | None) -> bool:
 
 async def members_seen(stack: Stack, workflow_id: str, count: int) -> PlacementState:
     """Observe the placement until it has `count` members (a query; Temporal has no event for it)."""
-    handle = stack.temporal.get_workflow_handle_for(PlacementWorkflow.run, workflow_id)
+    handle: WorkflowHandle[PlacementWorkflow, PlacementState] = stack.temporal.get_workflow_handle_for(
+        PlacementWorkflow.run, workflow_id
+    )
     async with asyncio.timeout(20):
         while True:
             try:
@@ -137,9 +140,10 @@ async def test_leader_worker_set_of_two_groups_gets_two_jobs(make_stack: StackFa
     group = grouping.Group(
         key=f"{stack.namespace}/lws/llm-0/key0", kind="", namespace="", name="", min_pods=2
     )
-    state = await stack.temporal.get_workflow_handle_for(
+    handle: WorkflowHandle[PlacementWorkflow, PlacementState] = stack.temporal.get_workflow_handle_for(
         PlacementWorkflow.run, group_workflow_id(group)
-    ).query(PlacementWorkflow.current_state)
+    )
+    state = await handle.query(PlacementWorkflow.current_state)
     assert state.pods == [f"{stack.namespace}/llm-0", f"{stack.namespace}/llm-0-1"]  # leader first
 
     # A group's job ends only when all its pods have ended.
