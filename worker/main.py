@@ -22,13 +22,17 @@ from temporalio.worker import Worker
 
 from activities.kube import KubeActivities, KubeSettings
 from activities.kube_client import KubeClient, load_configuration
+from activities.nodes import NodeActivities
 from activities.slurm import SlurmActivities
 from activities.slurm_client import SlurmClient
 from bridge import search_attributes as sa
 from bridge.translate import Defaults
 from worker.job_watcher import JobWatcher
+from worker.node_watcher import NodeWatcher
 from worker.pod_watcher import PodWatcher
+from worker.schedules import NODE_SYNC_SCHEDULE_ID, ensure_node_sync_schedule
 from worker.settings import TemporalSettings, WorkerSettings
+from workflows.node_sync import NodeSyncWorkflow
 from workflows.placement import PlacementWorkflow
 
 log = logging.getLogger(__name__)
@@ -82,14 +86,16 @@ def _type_name(key: SearchAttributeKey[Any]) -> str:
 
 @dataclass
 class Bridge:
-    """The worker and its two watchers, sharing one Temporal client, one Kubernetes and one Slurm client."""
+    """The worker and its three watchers, sharing one Temporal client, one Kubernetes and one Slurm client."""
 
     temporal: Client
     kube: KubeClient
     slurm: SlurmClient
     settings: WorkerSettings
+    node_sync_schedule_id: str = NODE_SYNC_SCHEDULE_ID
     pod_watcher: PodWatcher = field(init=False)
     job_watcher: JobWatcher = field(init=False)
+    node_watcher: NodeWatcher = field(init=False)
     worker: Worker = field(init=False)
 
     def __post_init__(self) -> None:
@@ -99,10 +105,11 @@ class Bridge:
             KubeSettings(scheduler_name=s.scheduler_name, defaults=Defaults(s.partition, s.mcs_label)),
         )
         slurm_activities = SlurmActivities(self.slurm)
+        node_activities = NodeActivities(self.kube, self.slurm, scheduler_name=s.scheduler_name)
         self.worker = Worker(
             self.temporal,
             task_queue=s.temporal_task_queue,
-            workflows=[PlacementWorkflow],
+            workflows=[PlacementWorkflow, NodeSyncWorkflow],
             activities=[
                 kube_activities.add_finalizer,
                 kube_activities.remove_finalizer,
@@ -117,6 +124,8 @@ class Bridge:
                 slurm_activities.update_job,
                 slurm_activities.get_job,
                 slurm_activities.cancel_job,
+                node_activities.read_node_snapshot,
+                node_activities.apply_node_actions,
             ],
         )
         self.pod_watcher = PodWatcher(
@@ -128,6 +137,7 @@ class Bridge:
             ready=self.pod_watcher.synced,
             interval=s.job_watch_interval,
         )
+        self.node_watcher = NodeWatcher(self.kube, self.temporal, schedule_id=self.node_sync_schedule_id)
 
     async def run(self) -> None:
         """Run until cancelled."""
@@ -135,6 +145,7 @@ class Bridge:
             tasks = [
                 asyncio.create_task(self.pod_watcher.run(), name="pod watcher"),
                 asyncio.create_task(self.job_watcher.run(), name="job watcher"),
+                asyncio.create_task(self.node_watcher.run(), name="node watcher"),
             ]
             try:
                 await asyncio.gather(*tasks)
@@ -165,4 +176,5 @@ async def run_worker(settings: WorkerSettings) -> None:
             settings.slurm_rest_url,
             settings.scheduler_name,
         )
+        await ensure_node_sync_schedule(temporal, settings)
         await Bridge(temporal, kube, slurm, settings).run()

@@ -69,6 +69,9 @@ class WorkerSettings(TemporalSettings):
     job_watch_interval: float = Field(
         1.0, gt=0, le=300, validation_alias=env("JOB_WATCH_INTERVAL", "job_watch_interval")
     )
+    node_sync_interval: float = Field(
+        30.0, ge=1, le=86400, validation_alias=env("NODE_SYNC_INTERVAL", "node_sync_interval")
+    )
     metrics_port: int = Field(9464, ge=0, le=65535, validation_alias=env("METRICS_PORT", "metrics_port"))
 
     @field_validator("slurm_rest_url")

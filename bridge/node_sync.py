@@ -1,0 +1,283 @@
+"""Node sync's decisions: Kubernetes nodes + Slurm nodes → the actions that bring them in line.
+
+Pure: no I/O, no clock, sorted iteration (the plan is made inside the workflow,
+so a replay must produce the same actions). A plan is only ever made from a
+complete snapshot: a failed read raises before this module is reached, so no
+taint is removed, no node undrained or deleted on missing data.
+
+The rules, per Kubernetes node (Slurm name: label `slinky.slurm.net/slurm-nodename`,
+else the node's own name):
+
+- managed (a Slurm node of that name exists): taint `slinky.slurm.net/managed-node=
+  <scheduler>:NoExecute`; cordoned or not Ready → drain `slurm-bridge: <why>`;
+  schedulable and Ready → undrain, only a drain of ours (our prefix, or no reason).
+- not managed: our taint is removed. Nothing is asked of Slurm for it.
+- labelled `scheduler.slinky.slurm.net/external-node`: registered as an external
+  Slurm node (once schedulable and Ready), marked ours in the node's comment.
+  Partitions (= features) and CPUs/memory can only change by re-registering
+  (slurmctld puts a node into NodeSet partitions only when it is created):
+  delete and create once no job runs there (a busy node is drained meanwhile).
+  Topology, address and GPUs are updated in place.
+- an external Slurm node marked ours whose Kubernetes node lost the label (or is
+  gone): drain, wait until no job runs, delete. Nothing else is ever deleted.
+"""
+
+from dataclasses import dataclass
+from typing import Any
+
+from bridge import keys
+from bridge.node_actions import (
+    NAME_CONFLICT,
+    NOT_EXTERNAL,
+    REGISTRATION_DEFERRED,
+    REREGISTRATION_BLOCKED,
+    TAINT_CONFLICT,
+    AddTaint,
+    CreateSlurmNode,
+    DeleteSlurmNode,
+    DrainSlurmNode,
+    Json,
+    NodeAction,
+    NodeSnapshot,
+    Registration,
+    RemoveTaint,
+    ReportEvent,
+    UndrainSlurmNode,
+    UpdateSlurmNode,
+    owned_by,
+)
+from bridge.node_facts import (
+    NO_EXECUTE,
+    desired_registration,
+    drain_is_ours,
+    drain_wanted,
+    gpu_count,
+    is_busy,
+    is_drained,
+    is_external,
+    kube_name,
+    slurm_name,
+)
+
+
+@dataclass(frozen=True)
+class _Context:
+    scheduler_name: str
+    default_partition: str
+    partitions: frozenset[str]
+
+
+# -- the plan -----------------------------------------------------------------
+
+
+def plan(snapshot: NodeSnapshot, *, scheduler_name: str, default_partition: str) -> list[NodeAction]:
+    """Every action this snapshot calls for, grouped per node, in a deterministic order."""
+    ctx = _Context(scheduler_name, default_partition, frozenset(snapshot.partitions))
+    slurm = {str(n["name"]): n for n in snapshot.slurm_nodes if n.get("name")}
+    claimants: dict[str, list[Json]] = {}
+    for kube in sorted(snapshot.kube_nodes, key=kube_name):
+        claimants.setdefault(slurm_name(kube), []).append(kube)
+    actions: list[NodeAction] = []
+    for name in sorted(claimants):
+        kubes = claimants[name]
+        if len(kubes) > 1:
+            actions += _name_conflict(name, kubes)
+        else:
+            actions += _plan_node(ctx, _Node(kubes[0], name), slurm.get(name))
+    for name in sorted(slurm.keys() - claimants.keys()):
+        node = slurm[name]
+        if is_external(node) and owned_by(node.get("comment"), scheduler_name):
+            actions += _removal(ctx, None, node, "its Kubernetes node is gone")
+    return actions
+
+
+@dataclass(frozen=True)
+class _Node:
+    """One Kubernetes node and the Slurm name it maps to; builds the actions about it."""
+
+    kube: Json
+    slurm_name: str
+
+    @property
+    def ids(self) -> dict[str, Any]:
+        meta = self.kube["metadata"]
+        return {"slurm_node": self.slurm_name, "kube_node": meta["name"], "kube_uid": meta.get("uid") or None}
+
+    def event(self, reason: str, message: str, *, warning: bool = True) -> ReportEvent:
+        return ReportEvent(**self.ids, reason=reason, message=message, warning=warning)
+
+
+def _name_conflict(name: str, kubes: list[Json]) -> list[NodeAction]:
+    names = ", ".join(kube_name(k) for k in kubes)
+    message = (
+        f"Kubernetes nodes {names} all map to Slurm node {name} (label {keys.LABEL_SLURM_NODE_NAME}, "
+        "else the node name); the bridge leaves that Slurm node and their taints alone until only one does"
+    )
+    return [_Node(k, name).event(NAME_CONFLICT, message) for k in kubes]
+
+
+def _plan_node(ctx: _Context, node: _Node, slurm: Json | None) -> list[NodeAction]:
+    labels = node.kube["metadata"].get("labels") or {}
+    if keys.LABEL_EXTERNAL_NODE in labels:
+        return _external(ctx, node, slurm)
+    if slurm is None:
+        return _taint(ctx, node, want=False)
+    if is_external(slurm) and owned_by(slurm.get("comment"), ctx.scheduler_name):
+        why = f"label {keys.LABEL_EXTERNAL_NODE} removed from Kubernetes node {kube_name(node.kube)}"
+        return _removal(ctx, node, slurm, why)
+    return _managed(ctx, node, slurm)
+
+
+def _managed(ctx: _Context, node: _Node, slurm: Json) -> list[NodeAction]:
+    return _taint(ctx, node, want=True) + _mirror_drain(node, slurm)
+
+
+def _taint(ctx: _Context, node: _Node, *, want: bool) -> list[NodeAction]:
+    taints = (node.kube.get("spec") or {}).get("taints") or []
+    ours = [
+        t
+        for t in taints
+        if t.get("key") == keys.TAINT_MANAGED_NODE
+        and t.get("value") == ctx.scheduler_name
+        and t.get("effect") == NO_EXECUTE
+    ]
+    if not want:
+        return [RemoveTaint(**node.ids)] if ours else []
+    if ours:
+        return []
+    other = next(
+        (t for t in taints if t.get("key") == keys.TAINT_MANAGED_NODE and t.get("effect") == NO_EXECUTE), None
+    )
+    if other is not None:
+        message = (
+            f"taint {keys.TAINT_MANAGED_NODE}={other.get('value')}:{NO_EXECUTE} names another scheduler; "
+            f"not adding {keys.TAINT_MANAGED_NODE}={ctx.scheduler_name}:{NO_EXECUTE}"
+        )
+        return [node.event(TAINT_CONFLICT, message)]
+    return [AddTaint(**node.ids)]
+
+
+def _mirror_drain(node: _Node, slurm: Json) -> list[NodeAction]:
+    why = drain_wanted(node.kube)
+    if why is not None:
+        reason = keys.DRAIN_REASON_PREFIX + why
+        if not is_drained(slurm):
+            return [DrainSlurmNode(**node.ids, reason=reason)]
+        if drain_is_ours(slurm.get("reason")) and slurm.get("reason") != reason:
+            return [DrainSlurmNode(**node.ids, reason=reason)]  # keeps the reason telling the truth
+        return []
+    if is_drained(slurm) and drain_is_ours(slurm.get("reason")):
+        return [UndrainSlurmNode(**node.ids)]
+    return []
+
+
+def _removal(ctx: _Context, node: _Node | None, slurm: Json, why: str) -> list[NodeAction]:
+    """Unregister an external node of ours: drain, wait until no job runs there, delete.
+
+    An idle node is drained and deleted in the same run: the delete re-checks Slurm
+    after the drain, and slurmctld itself refuses to delete a node a job holds.
+    """
+    name = str(slurm["name"])
+    ids = node.ids if node is not None else {"slurm_node": name}
+    reason = f"{keys.DRAIN_REASON_PREFIX}removing external node {name}: {why}"
+    drain = [] if is_drained(slurm) else [DrainSlurmNode(**ids, reason=reason)]
+    if is_busy(slurm):
+        keep_taint = _taint(ctx, node, want=True) if node is not None else []
+        return [*keep_taint, *drain]  # jobs still run there: wait for them
+    untaint = _taint(ctx, node, want=False) if node is not None else []
+    return [*drain, DeleteSlurmNode(**ids, why=why), *untaint]
+
+
+def _external(ctx: _Context, node: _Node, slurm: Json | None) -> list[NodeAction]:
+    registration, problems = desired_registration(
+        node.kube,
+        node.slurm_name,
+        scheduler_name=ctx.scheduler_name,
+        default_partition=ctx.default_partition,
+        partitions=ctx.partitions,
+    )
+    events: list[NodeAction] = [node.event(reason, message) for reason, message in problems]
+    if slurm is None:
+        if registration is None:
+            return events + _taint(ctx, node, want=False)
+        why = drain_wanted(node.kube)
+        if why is not None:
+            # Created now, the node could take a job before our drain reached it.
+            message = (
+                f"Slurm node {node.slurm_name} is registered once the node is schedulable and Ready ({why})"
+            )
+            deferred = node.event(REGISTRATION_DEFERRED, message, warning=False)
+            return [deferred, *_taint(ctx, node, want=False)]
+        return [CreateSlurmNode(**node.ids, registration=registration), *_taint(ctx, node, want=True)]
+    if not is_external(slurm):
+        message = (
+            f"Slurm node {node.slurm_name} is a regular (slurmd) node, not an external one: the bridge does "
+            "not register or remove it, it only mirrors drains and taints"
+        )
+        return [node.event(NOT_EXTERNAL, message), *_managed(ctx, node, slurm)]
+    if registration is None:
+        return events + _managed(ctx, node, slurm)  # keeps its current registration; the events say why
+    actions: list[NodeAction] = []
+    if slurm.get("comment") != registration.comment:
+        # Adopt (or re-label) it first: deleting it later needs the proof it is ours.
+        actions.append(UpdateSlurmNode(**node.ids, comment=registration.comment))
+    changes = _reshape(registration, slurm)
+    if changes:
+        return actions + _reregister(ctx, node, slurm, registration, changes)
+    update = _in_place(registration, slurm)
+    if update:
+        actions.append(UpdateSlurmNode(**node.ids, **update))
+    return actions + _managed(ctx, node, slurm)
+
+
+def _reshape(registration: Registration, slurm: Json) -> str:
+    """Differences only a new registration can apply, described; "" when there are none."""
+    changes = []
+    if slurm.get("cpus") != registration.cpus:
+        changes.append(f"CPUs {slurm.get('cpus')} → {registration.cpus}")
+    if slurm.get("real_memory") != registration.real_memory:
+        changes.append(f"memory {slurm.get('real_memory')} → {registration.real_memory} MiB")
+    current = sorted(slurm.get("features") or [])
+    if current != sorted(registration.features):
+        changes.append(
+            f"partitions {','.join(current) or '(none)'} → {','.join(sorted(registration.features))}"
+        )
+    return ", ".join(changes)
+
+
+def _in_place(registration: Registration, slurm: Json) -> dict[str, str]:
+    update = {}
+    if (slurm.get("topology") or "") != registration.topology:
+        update["topology"] = registration.topology
+    if slurm.get("address") != registration.address:
+        update["address"] = registration.address
+    if gpu_count(slurm.get("gres")) != registration.gpus:
+        update["gres"] = registration.gres
+    return update
+
+
+def _reregister(
+    ctx: _Context, node: _Node, slurm: Json, registration: Registration, changes: str
+) -> list[NodeAction]:
+    """Delete and create again, the only way to apply `changes`, once no job runs there."""
+    keep_taint = _taint(ctx, node, want=True)
+    if is_drained(slurm) and not drain_is_ours(slurm.get("reason")):
+        # A new node would not carry the administrator's drain: wait until they lift it.
+        message = (
+            f"Slurm node {node.slurm_name} must be registered again ({changes}); that waits until the "
+            f"drain an administrator set ({slurm.get('reason')!r}) is lifted"
+        )
+        return [*keep_taint, node.event(REREGISTRATION_BLOCKED, message, warning=False)]
+    if drain_wanted(node.kube) is not None:
+        # Registered again once schedulable and Ready (as a new node would be); drained meanwhile.
+        return [*keep_taint, *_mirror_drain(node, slurm)]
+    if is_busy(slurm):
+        reason = f"{keys.DRAIN_REASON_PREFIX}re-registering external node {node.slurm_name}: {changes}"
+        drain = [DrainSlurmNode(**node.ids, reason=reason)] if slurm.get("reason") != reason else []
+        return [*keep_taint, *drain]
+    # Idle: no drain needed first, slurmctld refuses the delete if a job took the node meanwhile.
+    return [
+        DeleteSlurmNode(**node.ids, why=f"re-registering: {changes}"),
+        CreateSlurmNode(**node.ids, registration=registration),
+        *keep_taint,
+    ]

@@ -1,0 +1,519 @@
+"""Node sync end to end: real Temporal Schedule, real Slurm 26.05, Kubernetes API over HTTP.
+
+Each test runs a whole Bridge (worker + pod, job and node watchers) with its own
+Schedule. Waits are on conditions: the fake API server's change notifications,
+a triggered run's result, or (where Slurm decides) Slurm's state polled with a
+deadline.
+"""
+
+import asyncio
+import contextlib
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client, ScheduleIntervalSpec, ScheduleOverlapPolicy, WorkflowFailureError
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError
+from temporalio.worker import Replayer
+
+from activities.kube_client import KubeClient, load_configuration
+from activities.slurm_client import SlurmClient
+from bridge import keys
+from bridge.node_actions import PARTITION_NOT_FOUND, REGISTERED, owned_by
+from bridge.node_facts import is_busy
+from bridge.slurm_api import JobDescMsg
+from tests.e2e.harness import make_pod
+from tests.e2e.node_fixtures import Json, NodeStack, workflow_id
+from tests.kube_fake import FakeKubeServer
+from tests.slurm_bed import SlurmTestBed
+from worker.node_watcher import NodeWatcher
+from worker.schedules import ensure_node_sync_schedule
+from worker.settings import load_settings
+from workflows.node_sync import NodeSyncWorkflow
+
+pytestmark = pytest.mark.slurm
+
+MakeNodes = Callable[..., Awaitable[NodeStack]]
+OUR_PREFIX = keys.DRAIN_REASON_PREFIX
+
+
+@pytest.fixture
+async def make_nodes(
+    temporal_client: Client, slurm_bed: SlurmTestBed, tmp_path: Path, task_queue: str
+) -> AsyncIterator[MakeNodes]:
+    stacks: list[NodeStack] = []
+
+    async def make(**overrides: Any) -> NodeStack:
+        kube = FakeKubeServer().start()
+        kubeconfig = kube.kubeconfig(tmp_path / f"kubeconfig-{len(stacks)}")
+        settings = load_settings(
+            temporal_task_queue=task_queue,
+            slurm_rest_url=slurm_bed.rest_url,
+            slurm_user_name=slurm_bed.user_name,
+            slurm_jwt_file=slurm_bed.jwt_file,
+            kubeconfig=str(kubeconfig),
+            job_watch_interval=0.2,
+            metrics_port=0,
+            # Runs come from the node watcher and the tests' own triggers, unless a test says otherwise.
+            node_sync_interval=overrides.pop("node_sync_interval", 3600),
+            **overrides,
+        )
+        slurm = SlurmClient(slurm_bed.rest_url, user_name=slurm_bed.user_name, token_file=slurm_bed.jwt_file)
+        stack = NodeStack(kube, temporal_client, slurm, slurm_bed, settings, kubeconfig)
+        stacks.append(stack)
+        await stack.start()
+        return stack
+
+    yield make
+    for stack in stacks:
+        await stack.cleanup()
+
+
+def drained(node: Json | None) -> bool:
+    state = (node or {}).get("state") or []
+    return "DRAIN" in state
+
+
+def reasons(stack: NodeStack, name: str) -> list[str]:
+    return [event["reason"] for event in stack.events(name)]
+
+
+async def submit_job(stack: NodeStack, partition: str) -> int:
+    """A placeholder external job that takes one node of `partition` (a test job, not a pod's)."""
+    job = JobDescMsg.model_validate(
+        {
+            "name": f"{stack.prefix}-job",
+            "flags": [keys.EXTERNAL_JOB_FLAG],
+            "partition": partition,
+            "nodes": "1",
+            "minimum_nodes": 1,
+            "maximum_nodes": 1,
+            "tasks": 1,
+            "cpus_per_task": 1,
+            "current_working_directory": "/tmp",
+            "time_limit": {"set": True, "infinite": False, "number": 30},
+        }
+    )
+    job_id = await stack.slurm.submit_job(job)
+    stack.jobs.append(job_id)
+    return job_id
+
+
+async def wait_job_running(stack: NodeStack, job_id: int, timeout: float = 30) -> list[str]:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        job = (await stack.slurm.get_job(job_id)).model_dump(mode="json")
+        if "RUNNING" in job["job_state"]:
+            return [n["name"] for n in job["job_resources"]["nodes"]["allocation"]]
+        assert asyncio.get_running_loop().time() < deadline, f"job {job_id} never ran: {job['job_state']}"
+        await asyncio.sleep(0.1)
+
+
+# -- registration -------------------------------------------------------------------
+
+
+async def test_a_labelled_node_is_registered_with_its_resources_and_kept_in_step(
+    make_nodes: MakeNodes,
+) -> None:
+    stack = await make_nodes()
+    first, second = stack.make_partition(), stack.make_partition()
+    node = stack.add_external_node(
+        "ext",
+        f"{first.name}, {second.name}",
+        cpu="3500m",
+        memory="6Gi",
+        extra={"nvidia.com/gpu": "2"},
+        annotations={keys.ANNOTATION_TOPOLOGY_SPEC: "default:sw1"},
+        address="127.0.0.3",
+    )
+
+    result = await stack.sync()
+
+    assert result.failed == []
+    assert any(line.startswith(f"register Slurm node {node} ") for line in result.applied)
+    registered = await stack.slurm_node(node)
+    assert registered is not None
+    assert "EXTERNAL" in registered["state"]
+    assert registered["cpus"] == 3  # whole allocatable CPUs
+    assert registered["real_memory"] == 6144
+    assert registered["gres"] == "gpu:2"
+    assert sorted(registered["features"]) == sorted([first.name, second.name])
+    assert registered["address"] == "127.0.0.3"  # the InternalIP, not the (unresolvable) node name
+    assert registered["topology"] == "default:sw1"
+    assert owned_by(registered["comment"], stack.settings.scheduler_name)
+    assert stack.tainted(node)
+    assert REGISTERED in reasons(stack, node)
+    # In step: the next run has nothing to do.
+    assert (await stack.sync()).planned == []
+
+    # Annotation changed: updated in place, triggered by the node watcher alone.
+    stack.edit_node(
+        node, lambda n: n["metadata"]["annotations"].update({keys.ANNOTATION_TOPOLOGY_SPEC: "default:sw2"})
+    )
+    await stack.wait_slurm(node, lambda n: (n or {}).get("topology") == "default:sw2")
+
+    # Allocatable changed: an idle node is registered again with the new shape.
+    def grow(n: Json) -> None:
+        n["status"]["allocatable"].update({"cpu": "8", "memory": "16Gi", "nvidia.com/gpu": "4"})
+
+    stack.edit_node(node, grow)
+    again = await stack.wait_slurm(node, lambda n: (n or {}).get("cpus") == 8)
+    assert again is not None
+    assert again["real_memory"] == 16384
+    assert again["gres"] == "gpu:4"
+    assert again["topology"] == "default:sw2"
+    assert not drained(again)
+    assert (await stack.sync()).planned == []
+
+    # The plan is made inside the workflow: a run must replay with the code that made it.
+    recent = (await stack.temporal.get_schedule_handle(stack.schedule_id).describe()).info.recent_actions
+    history = await stack.temporal.get_workflow_handle(workflow_id(recent[-1].action)).fetch_history()
+    replayer = Replayer(workflows=[NodeSyncWorkflow], data_converter=pydantic_data_converter)
+    await replayer.replay_workflow(history)
+
+
+async def test_a_missing_partition_is_reported_and_the_node_registered_once_fixed(
+    make_nodes: MakeNodes,
+) -> None:
+    stack = await make_nodes()
+    partition = stack.make_partition()
+    missing = stack.name("no-such-partition")
+    node = stack.add_external_node("ext", f"{partition.name},{missing}")
+
+    result = await stack.sync()
+
+    assert await stack.slurm_node(node) is None
+    [event] = [e for e in stack.events(node) if e["reason"] == PARTITION_NOT_FOUND]
+    assert event["type"] == "Warning"
+    assert missing in event["message"]
+    assert not stack.tainted(node)
+    assert result.failed == []
+    # Reported again on the next run: the same Event, counted, not a new one each time.
+    await stack.sync()
+    [event] = [e for e in stack.events(node) if e["reason"] == PARTITION_NOT_FOUND]
+    assert event["count"] >= 2
+
+    stack.edit_node(
+        node,
+        lambda n: n["metadata"]["annotations"].update(
+            {keys.ANNOTATION_EXTERNAL_NODE_PARTITIONS: partition.name}
+        ),
+    )
+    registered = await stack.wait_slurm(node, lambda n: n is not None)
+    assert registered is not None
+    assert registered["features"] == [partition.name]
+    await stack.wait_kube(lambda: stack.tainted(node))
+
+
+# -- drain mirroring ------------------------------------------------------------------
+
+
+async def test_cordon_and_not_ready_drain_and_their_end_undrains(make_nodes: MakeNodes) -> None:
+    stack = await make_nodes()
+    partition = stack.make_partition()
+    [name] = partition.node_names  # a Slurm node made by hand, same name in Kubernetes
+    stack.add_node("", name=name)
+    await stack.sync()
+    assert stack.tainted(name)
+
+    # Every step below is noticed by the node watcher alone: no manual trigger.
+    stack.cordon(name)
+    node = await stack.wait_slurm(name, drained, timeout=15)
+    assert node is not None
+    assert node["reason"] == f"{OUR_PREFIX}Kubernetes node {name} is cordoned"
+
+    stack.cordon(name, False)
+    await stack.wait_slurm(name, lambda n: not drained(n), timeout=15)
+
+    stack.set_ready(name, False)
+    node = await stack.wait_slurm(name, drained, timeout=15)
+    assert node is not None
+    assert node["reason"] == f"{OUR_PREFIX}Kubernetes node {name} is not Ready (KubeletNotReady)"
+
+    stack.set_ready(name, True)
+    await stack.wait_slurm(name, lambda n: not drained(n), timeout=15)
+    assert {"SlurmNodeDrained", "SlurmNodeUndrained"} <= set(reasons(stack, name))
+
+
+async def test_an_administrators_drain_is_never_lifted(make_nodes: MakeNodes) -> None:
+    stack = await make_nodes()
+    partition = stack.make_partition()
+    [name] = partition.node_names
+    stack.add_node("", name=name)
+    stack.scontrol_update_node(name, "State=DRAIN", "Reason=disk replacement, ticket 42")
+
+    stack.cordon(name)
+    await stack.sync()
+    stack.cordon(name, False)
+    result = await stack.sync()
+
+    assert not any("drain" in line for line in result.planned)
+    node = await stack.slurm_node(name)
+    assert drained(node)
+    assert (node or {})["reason"] == "disk replacement, ticket 42"
+    assert stack.tainted(name)
+
+
+# -- removal -----------------------------------------------------------------------------
+
+
+async def test_label_removal_drains_and_deletes_only_after_the_running_job_ends(
+    make_nodes: MakeNodes,
+) -> None:
+    stack = await make_nodes()
+    partition = stack.make_partition()
+    node = stack.add_external_node("ext", partition.name)
+    await stack.sync()
+    job_id = await submit_job(stack, stack.job_partition(node))
+    assert await wait_job_running(stack, job_id) == [node]
+
+    stack.unlabel(node, keys.LABEL_EXTERNAL_NODE)
+    draining = await stack.wait_slurm(node, drained, timeout=15)
+    assert draining is not None
+    assert draining["reason"].startswith(f"{OUR_PREFIX}removing external node {node}")
+    assert is_busy(draining)
+    # Runs while the job runs change nothing: the node stays, the job keeps running, the taint too.
+    result = await stack.sync()
+    assert not any(line.startswith("delete") for line in result.applied)
+    assert "RUNNING" in (await stack.slurm.get_job(job_id)).model_dump(mode="json")["job_state"]
+    assert await stack.slurm_node(node) is not None
+    assert stack.tainted(node)
+
+    await stack.slurm.cancel_job(job_id)
+    await stack.wait_slurm(node, lambda n: not is_busy(n or {}))
+    result = await stack.sync()
+
+    assert (
+        f"delete Slurm node {node} (label {keys.LABEL_EXTERNAL_NODE} removed from Kubernetes node {node})"
+        in (result.applied)
+    )
+    assert await stack.slurm_node(node) is None
+    assert not stack.tainted(node)
+
+
+async def test_a_node_made_by_hand_is_never_deleted(make_nodes: MakeNodes) -> None:
+    stack = await make_nodes()
+    partition = stack.make_partition()
+    [name] = partition.node_names  # external, but not registered by the bridge
+    stack.add_node("", name=name)
+    stack.scontrol_update_node(name, "State=DRAIN", "Reason=slurm-bridge: looks like ours")
+    stack.kube.delete_object("nodes", name)
+
+    result = await stack.sync()
+
+    assert result.planned == []
+    assert await stack.slurm_node(name) is not None
+
+
+# -- taints -------------------------------------------------------------------------------
+
+
+async def test_managed_nodes_get_the_taint_and_lose_it_when_no_longer_managed(make_nodes: MakeNodes) -> None:
+    # A short interval: Slurm-side changes are seen by the schedule, there is no watch on Slurm.
+    stack = await make_nodes(node_sync_interval=1)
+    partition = stack.make_partition()
+    [slurm_name] = partition.node_names
+    k8s_only = stack.add_node("web")
+    mapped = stack.add_node("k8s", labels={keys.LABEL_SLURM_NODE_NAME: slurm_name})
+    stack.kube.clear_requests()
+
+    await stack.wait_kube(lambda: stack.tainted(mapped))
+    [taint] = [t for t in stack.kube_node(mapped)["spec"]["taints"] if t["key"] == keys.TAINT_MANAGED_NODE]
+    assert (taint["value"], taint["effect"]) == (stack.settings.scheduler_name, "NoExecute")
+
+    # A Slurm node appears for the Kubernetes-only node: the next scheduled run taints it.
+    stack.bed.scontrol(
+        "create",
+        f"NodeName={k8s_only}",
+        "State=EXTERNAL",
+        "CPUs=1",
+        "RealMemory=100",
+        f"Features={partition.name}",
+        "NodeAddr=127.0.0.1",
+    )
+    await stack.wait_kube(lambda: stack.tainted(k8s_only), timeout=15)
+    stack.bed.delete_nodes([k8s_only])
+    await stack.wait_kube(lambda: not stack.tainted(k8s_only), timeout=15)
+
+    # Point the label elsewhere: no longer managed, the taint goes.
+    stack.edit_node(mapped, lambda n: n["metadata"]["labels"].update({keys.LABEL_SLURM_NODE_NAME: "nowhere"}))
+    await stack.wait_kube(lambda: not stack.tainted(mapped), timeout=15)
+    # Kubernetes-only nodes cost no Slurm errors and no Events.
+    assert all(e["type"] == "Normal" for e in stack.events(k8s_only))
+    assert stack.events(mapped) == []
+    assert (await stack.sync()).failed == []
+
+
+# -- safety ----------------------------------------------------------------------------------
+
+
+async def test_unreachable_slurm_or_kubernetes_fails_the_run_and_changes_nothing(
+    make_nodes: MakeNodes,
+) -> None:
+    stack = await make_nodes()
+    partition = stack.make_partition()
+    node = stack.add_external_node("ext", partition.name)
+    await stack.sync()
+    assert stack.tainted(node)
+
+    # Slurm unreachable: without its node list the taint would look unwarranted. It stays.
+    stack.slurm_cable.unplugged = True
+    with pytest.raises(WorkflowFailureError):
+        await stack.sync()
+    assert stack.tainted(node)
+    stack.slurm_cable.unplugged = False
+
+    # Kubernetes unreachable: without the node list our node would look orphaned. It stays.
+    stack.kube.fail_next("GET", r"^/api/v1/nodes$", 503, count=1000)
+    with pytest.raises(WorkflowFailureError):
+        await stack.sync()
+    registered = await stack.slurm_node(node)
+    assert registered is not None
+    assert not drained(registered)
+
+
+async def test_restart_after_a_node_deletion_leaves_other_bridge_jobs_running(make_nodes: MakeNodes) -> None:
+    # Dynamic partitions and their jobs do not survive a slurmctld restart, so the
+    # pod runs in the static default partition `slurm-bridge`, pinned by a feature
+    # to a node of this test. A high Weight keeps other sessions' jobs off our nodes.
+    stack = await make_nodes()
+    keep_tag, gone_tag = stack.make_partition(), stack.make_partition()
+    keep = stack.add_external_node("keep", f"{keys.DEFAULT_PARTITION},{keep_tag.name}")
+    gone = stack.add_external_node("gone", f"{keys.DEFAULT_PARTITION},{gone_tag.name}")
+    await stack.sync()
+    for name in (keep, gone):
+        stack.scontrol_update_node(name, "Weight=60000")
+    namespace = stack.prefix
+    pod = make_pod(
+        namespace, "runner", annotations={keys.SLURMJOB_PREFIX + "constraints": keep_tag.name}, cpu="1"
+    )
+    stack.kube.create_object("pods", pod)
+    await stack.wait_kube(
+        lambda: (stack.kube.get_object("pods", "runner", namespace) or {}).get("spec", {}).get("nodeName")
+    )
+    placed = stack.kube.get_object("pods", "runner", namespace) or {}
+    assert placed["spec"]["nodeName"] == keep
+    job_id = int(placed["metadata"]["labels"][keys.LABEL_SLURM_JOB_ID])
+    stack.jobs.append(job_id)
+    stack.kube.set_pod_phase(namespace, "runner", "Running")
+
+    stack.unlabel(gone, keys.LABEL_EXTERNAL_NODE)
+    await stack.wait_slurm(gone, lambda n: n is None, timeout=15)
+    await asyncio.to_thread(stack.bed.restart_slurmctld)
+
+    job = (await stack.slurm.get_job(job_id)).model_dump(mode="json")
+    assert job["job_state"] == ["RUNNING"], job["job_state"]
+    assert await stack.slurm_node(keep) is not None
+    still = stack.kube.get_object("pods", "runner", namespace)
+    assert still is not None
+    assert still["spec"]["nodeName"] == keep
+    assert (await stack.sync()).planned == []
+
+    # The pod ends normally: its job with it, and the placement cleans up.
+    stack.kube.set_pod_phase(namespace, "runner", "Succeeded")
+    await stack.wait_kube(
+        lambda: (
+            keys.FINALIZER
+            not in (
+                (stack.kube.get_object("pods", "runner", namespace) or {})
+                .get("metadata", {})
+                .get("finalizers")
+                or []
+            )
+        )
+    )
+
+
+# -- the schedule -------------------------------------------------------------------------------
+
+
+async def test_the_schedule_is_created_once_updated_on_restart_and_stays_paused(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    token = tmp_path / "jwt"
+    token.write_text("x")
+    schedule_id = f"ns-{secrets.token_hex(3)}-schedule"
+    settings = load_settings(slurm_jwt_file=token, temporal_task_queue="q1", node_sync_interval=45)
+    handle = await ensure_node_sync_schedule(temporal_client, settings, schedule_id=schedule_id)
+    try:
+        described = await handle.describe()
+        spec = described.schedule.spec.intervals[0]
+        assert isinstance(spec, ScheduleIntervalSpec)
+        assert spec.every.total_seconds() == 45
+        assert described.schedule.policy.overlap == ScheduleOverlapPolicy.SKIP
+
+        await handle.pause(note="storage maintenance")
+        restarted = load_settings(slurm_jwt_file=token, temporal_task_queue="q2", node_sync_interval=90)
+        await ensure_node_sync_schedule(temporal_client, restarted, schedule_id=schedule_id)
+
+        described = await handle.describe()
+        assert described.schedule.state.paused
+        assert described.schedule.state.note == "storage maintenance"
+        assert described.schedule.spec.intervals[0].every.total_seconds() == 90
+        action = described.schedule.action
+        assert getattr(action, "task_queue", None) == "q2"
+        assert getattr(action, "workflow", None) == "NodeSyncWorkflow"
+    finally:
+        await handle.delete()
+
+
+async def test_the_node_watcher_coalesces_a_burst_and_leaves_a_paused_schedule_alone(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    token = tmp_path / "jwt"
+    token.write_text("x")
+    schedule_id = f"ns-{secrets.token_hex(3)}-schedule"
+    settings = load_settings(slurm_jwt_file=token, temporal_task_queue=f"no-worker-{schedule_id}")
+    handle = await ensure_node_sync_schedule(temporal_client, settings, schedule_id=schedule_id)
+    kube = FakeKubeServer().start()
+    client = KubeClient(await load_configuration(str(kube.kubeconfig(tmp_path / "kubeconfig"))))
+    watcher = NodeWatcher(client, temporal_client, schedule_id=schedule_id, debounce=0.5)
+    task = asyncio.create_task(watcher.run())
+    try:
+        await asyncio.wait_for(watcher.synced.wait(), 10)
+        await until(lambda: watcher.triggers == 1)  # the first list: whatever changed while no one watched
+        # No worker polls this task queue: end the run, or the next would wait (BUFFER_ONE) behind it.
+        await terminate_runs(temporal_client, schedule_id)
+
+        # Ten nodes cordoned at once, plus heartbeats that change nothing the plan reads: one run.
+        names = [f"n{i}" for i in range(10)]
+        for name in names:
+            kube.create_node(name)
+        for name in names:
+            kube.update_object("nodes", name, lambda n: n["spec"].update(unschedulable=True))
+            kube.update_object(
+                "nodes", name, lambda n: n["status"]["conditions"][0].update(lastHeartbeatTime="x")
+            )
+        await until(lambda: watcher.triggers == 2)
+        assert (await handle.describe()).info.num_actions == 2
+
+        # Paused by an operator: changes are not synced behind their back.
+        await handle.pause(note="maintenance")
+        kube.update_object("nodes", "n0", lambda n: n["spec"].update(unschedulable=False))
+        await until(lambda: watcher.paused_skips == 1)
+        assert watcher.triggers == 2
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await client.close()
+        kube.stop()
+        await terminate_runs(temporal_client, schedule_id)
+        await handle.delete()
+
+
+async def terminate_runs(temporal: Client, schedule_id: str) -> None:
+    for action in (await temporal.get_schedule_handle(schedule_id).describe()).info.recent_actions:
+        with contextlib.suppress(RPCError):
+            await temporal.get_workflow_handle(workflow_id(action.action)).terminate()
+
+
+async def until(check: Callable[[], bool], timeout: float = 10) -> None:
+    """Wait for in-process state the code under test updates (no notification to wait on)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, "condition never held"
+        await asyncio.sleep(0.02)
