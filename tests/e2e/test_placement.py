@@ -328,3 +328,19 @@ async def test_pod_watcher_recovers_from_a_broken_watch_and_expired_history(make
         stack.kube.set_pod_phase(stack.namespace, name, "Succeeded")
     for name in ("before", "after"):
         await stack.wait_pod(name, finished_cleanly)
+
+
+async def test_slurm_node_names_map_to_kubernetes_nodes_through_the_label(make_stack: StackFactory) -> None:
+    stack = await make_stack(nodes=1)
+    [slurm_name] = stack.partition.node_names
+    # The Kubernetes node has another name and says which Slurm node it is.
+    stack.kube.delete_object("nodes", slurm_name)
+    stack.kube.create_node("kube-worker-7", labels={keys.LABEL_SLURM_NODE_NAME: slurm_name})
+    stack.create_pod("mapped")
+
+    pod = await stack.wait_pod("mapped", bound)
+    assert bound(pod) == "kube-worker-7"
+    assert pod["metadata"]["annotations"][keys.ANNOTATION_SLURM_NODE] == "kube-worker-7"
+
+    stack.kube.set_pod_phase(stack.namespace, "mapped", "Succeeded")
+    await stack.wait_pod("mapped", finished_cleanly)
