@@ -74,7 +74,12 @@ class SlurmActivities:
         job = job.model_copy(update={"comment": placement_id})
         existing = await self.find_job(job, since)
         if existing is not None:
-            log.info("adopting Slurm job %s for %s", existing, job.pod_keys)
+            log.info(
+                "adopting Slurm job %s for %s",
+                existing,
+                job.pod_keys,
+                extra={"job_id": existing, "pods": job.pod_keys},
+            )
             return SubmitResult(job_id=existing, created=False)
         try:
             job_id = await self.slurm.submit_job(JobDescMsg.model_validate(job.to_slurm()))
@@ -82,7 +87,12 @@ class SlurmActivities:
             raise ApplicationError(
                 f"Slurm rejected the job: {error}", type=SLURM_REJECTED, non_retryable=True
             ) from error
-        log.info("submitted Slurm job %s for %s", job_id, job.pod_keys)
+        log.info(
+            "submitted Slurm job %s for %s",
+            job_id,
+            job.pod_keys,
+            extra={"job_id": job_id, "pods": job.pod_keys},
+        )
         return SubmitResult(job_id=job_id, created=True)
 
     async def find_job(self, job: JobDescription, since: int) -> int | None:

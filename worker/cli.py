@@ -3,7 +3,6 @@
 import asyncio
 import dataclasses
 import json
-import logging
 import os
 import sys
 from collections.abc import Coroutine
@@ -15,6 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from worker import logs
 from worker.settings import ConfigurationError, TemporalSettings, load, load_settings
 
 T = TypeVar("T")
@@ -25,16 +25,6 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
-
-
-def _configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    # One line per HTTP request (the job watcher asks Slurm every second) is noise.
-    logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 def run_client(coroutine: Coroutine[Any, Any, T]) -> T:
@@ -96,6 +86,7 @@ def worker(
     ] = None,
     metrics_port: Annotated[int | None, typer.Option(help="Prometheus port, 0 = off [METRICS_PORT]")] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning")] = "info",
+    log_format: Annotated[str, typer.Option(help="text, or json: one object per line [LOG_FORMAT]")] = "",
 ) -> None:
     """Run the Temporal worker with the pod and Slurm job watchers."""
     try:
@@ -116,7 +107,10 @@ def worker(
         )
     except ConfigurationError as error:
         fail(str(error))
-    _configure_logging(log_level)
+    fmt = log_format or os.environ.get("LOG_FORMAT", "text")
+    if fmt not in ("text", "json"):
+        fail(f"invalid setting LOG_FORMAT (--log-format): {fmt!r} is not text or json")
+    logs.configure(log_level, fmt)
     from worker.main import run_worker
 
     try:
