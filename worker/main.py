@@ -28,6 +28,7 @@ from activities.slurm_client import SlurmClient
 from bridge import search_attributes as sa
 from bridge.translate import Defaults
 from worker.job_watcher import JobWatcher
+from worker.metrics import slurm_observer
 from worker.node_watcher import NodeWatcher
 from worker.pod_watcher import PodWatcher
 from worker.schedules import NODE_SYNC_SCHEDULE_ID, ensure_node_sync_schedule
@@ -165,7 +166,15 @@ async def run_worker(settings: WorkerSettings) -> None:
         kube = KubeClient(await load_configuration(settings.kubeconfig))
         stack.push_async_callback(kube.close)
         slurm = SlurmClient(
-            settings.slurm_rest_url, user_name=settings.slurm_user_name, token_file=settings.slurm_jwt_file
+            settings.slurm_rest_url,
+            user_name=settings.slurm_user_name,
+            token_file=settings.slurm_jwt_file,
+            # The runtime serving the SDK's metrics serves the bridge's too.
+            observer=slurm_observer(
+                (temporal.service_client.config.runtime or Runtime.default()).metric_meter
+            )
+            if settings.metrics_port
+            else None,
         )
         stack.push_async_callback(slurm.close)
         log.info(

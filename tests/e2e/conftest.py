@@ -23,7 +23,9 @@ async def make_stack(
 ) -> AsyncIterator[StackFactory]:
     stacks: list[Stack] = []
 
-    async def make(nodes: int = 1, cpus: int = 4, memory_mb: int = 8000, **overrides: Any) -> Stack:
+    async def make(
+        nodes: int = 1, cpus: int = 4, memory_mb: int = 8000, *, bridge: bool = True, **overrides: Any
+    ) -> Stack:
         partition = slurm_bed.make_partition(nodes=nodes, cpus=cpus, memory_mb=memory_mb)
         kube = FakeKubeServer().start()
         for name in partition.node_names:
@@ -43,7 +45,8 @@ async def make_stack(
         slurm = SlurmClient(slurm_bed.rest_url, user_name=slurm_bed.user_name, token_file=slurm_bed.jwt_file)
         stack = Stack(kube, temporal_client, slurm, slurm_bed, partition, settings, kubeconfig)
         stacks.append(stack)
-        await stack.start_bridge()
+        if bridge:
+            await stack.start_bridge()
         return stack
 
     yield make
