@@ -7,12 +7,10 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from activities.slurm_client import SlurmClient
 from bridge import keys
-from tests.e2e.harness import Stack
+from tests.e2e.harness import Stack, bed_client, bed_settings
 from tests.kube_fake import FakeKubeServer
 from tests.slurm_bed import SlurmTestBed
-from worker.settings import load_settings
 
 StackFactory = Callable[..., Awaitable[Stack]]
 
@@ -31,18 +29,8 @@ async def make_stack(
         for name in partition.node_names:
             kube.create_node(name, cpu=str(cpus), memory=f"{memory_mb}Mi")
         kubeconfig = kube.kubeconfig(tmp_path / f"kubeconfig-{len(stacks)}")
-        settings = load_settings(
-            temporal_task_queue=task_queue,
-            slurm_rest_url=slurm_bed.rest_url,
-            slurm_user_name=slurm_bed.user_name,
-            slurm_jwt_file=slurm_bed.jwt_file,
-            kubeconfig=str(kubeconfig),
-            partition=partition.name,
-            job_watch_interval=0.2,
-            metrics_port=0,
-            **overrides,
-        )
-        slurm = SlurmClient(slurm_bed.rest_url, user_name=slurm_bed.user_name, token_file=slurm_bed.jwt_file)
+        settings = bed_settings(slurm_bed, kubeconfig, task_queue, partition=partition.name, **overrides)
+        slurm = bed_client(slurm_bed)
         stack = Stack(kube, temporal_client, slurm, slurm_bed, partition, settings, kubeconfig)
         stacks.append(stack)
         if bridge:

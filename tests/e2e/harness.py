@@ -24,11 +24,29 @@ from tests.kube_fake import FakeKubeServer
 from tests.slurm_bed import SlurmTestBed, TestPartition
 from worker.main import Bridge
 from worker.pod_watcher import workflow_id
-from worker.settings import WorkerSettings
+from worker.settings import WorkerSettings, load_settings
 from workflows.placement import PlacementWorkflow
 
 Pod = dict[str, Any]
 Predicate = Callable[[Pod | None], object]
+
+
+def bed_settings(bed: SlurmTestBed, kubeconfig: Path, task_queue: str, **overrides: Any) -> WorkerSettings:
+    """Worker settings pointing at the real Slurm test bed and a fake API server, polling fast."""
+    return load_settings(
+        temporal_task_queue=task_queue,
+        slurm_rest_url=bed.rest_url,
+        slurm_user_name=bed.user_name,
+        slurm_jwt_file=bed.jwt_file,
+        kubeconfig=str(kubeconfig),
+        job_watch_interval=0.2,
+        metrics_port=0,
+        **overrides,
+    )
+
+
+def bed_client(bed: SlurmTestBed) -> SlurmClient:
+    return SlurmClient(bed.rest_url, user_name=bed.user_name, token_file=bed.jwt_file)
 
 
 def make_pod(

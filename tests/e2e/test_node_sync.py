@@ -20,12 +20,11 @@ from temporalio.service import RPCError
 from temporalio.worker import Replayer
 
 from activities.kube_client import KubeClient, load_configuration
-from activities.slurm_client import SlurmClient
 from bridge import keys
 from bridge.node_actions import PARTITION_NOT_FOUND, REGISTERED, owned_by
 from bridge.node_facts import is_busy
 from bridge.slurm_api import JobDescMsg
-from tests.e2e.harness import make_pod
+from tests.e2e.harness import bed_client, bed_settings, make_pod
 from tests.e2e.node_fixtures import Json, NodeStack, workflow_id
 from tests.kube_fake import FakeKubeServer
 from tests.slurm_bed import SlurmTestBed
@@ -49,19 +48,15 @@ async def make_nodes(
     async def make(**overrides: Any) -> NodeStack:
         kube = FakeKubeServer().start()
         kubeconfig = kube.kubeconfig(tmp_path / f"kubeconfig-{len(stacks)}")
-        settings = load_settings(
-            temporal_task_queue=task_queue,
-            slurm_rest_url=slurm_bed.rest_url,
-            slurm_user_name=slurm_bed.user_name,
-            slurm_jwt_file=slurm_bed.jwt_file,
-            kubeconfig=str(kubeconfig),
-            job_watch_interval=0.2,
-            metrics_port=0,
+        settings = bed_settings(
+            slurm_bed,
+            kubeconfig,
+            task_queue,
             # Runs come from the node watcher and the tests' own triggers, unless a test says otherwise.
             node_sync_interval=overrides.pop("node_sync_interval", 3600),
             **overrides,
         )
-        slurm = SlurmClient(slurm_bed.rest_url, user_name=slurm_bed.user_name, token_file=slurm_bed.jwt_file)
+        slurm = bed_client(slurm_bed)
         stack = NodeStack(kube, temporal_client, slurm, slurm_bed, settings, kubeconfig)
         stacks.append(stack)
         await stack.start()
