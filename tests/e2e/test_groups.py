@@ -157,3 +157,20 @@ async def test_leader_worker_set_of_two_groups_gets_two_jobs(make_stack: StackFa
     await stack.slurm.cancel_job(job_id_of(placed["llm-1"]) or 0)
     for name in ("llm-1", "llm-1-1"):
         await stack.wait_pod(name, lambda p: p is None)  # deleted, and the finalizer released
+
+
+async def test_a_pod_whose_owner_is_missing_is_told_so(make_stack: StackFactory) -> None:
+    stack = await make_stack(nodes=1)
+    ghost = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "ghost", "uid": "0000"}}
+    group_pod(stack, "orphan", {}, owner=ghost)
+
+    pod = await stack.wait_pod(
+        "orphan",
+        lambda p: any(
+            c.get("reason") == "InvalidPod" for c in (p or {}).get("status", {}).get("conditions", [])
+        ),
+    )
+    [condition] = [c for c in pod["status"]["conditions"] if c["type"] == "PodScheduled"]
+    assert f"Job {stack.namespace}/ghost, which owns the pod, does not exist" in condition["message"]
+    assert bound(pod) is None
+    await stack.wait_pod("orphan", finished_cleanly)
