@@ -204,6 +204,8 @@ class PlacementWorkflow:
         self._phase("Pending", f"waiting for Slurm to start job {job_id}")
         reported = ""
         while True:
+            # Sampled before acting: changes that arrive while activities run are not lost.
+            seen = self._changes
             if self._pods_finished():
                 return None
             hint = self.jobs.get(job_id)
@@ -233,11 +235,13 @@ class PlacementWorkflow:
                 )
                 await self._event("SlurmJobPending", f"Slurm job {job_id} is pending: {hint.reason}")
             workflow.set_current_details(f"Slurm job {job_id}: {hint.summary if hint else 'submitted'}")
-            await self._wait_for_change(job_id)
+            await self._wait_for_change(job_id, seen)
 
     async def _wait_for_end(self, job_id: int) -> JobEvent | None:
         """The confirmed ended job, or None when the pods finished first."""
         while True:
+            # Sampled before acting: changes that arrive while activities run are not lost.
+            seen = self._changes
             if self._pods_finished():
                 return None
             hint = self.jobs.get(job_id)
@@ -254,7 +258,7 @@ class PlacementWorkflow:
                     warning=True,
                 )
             workflow.set_current_details(f"Slurm job {job_id} running; pods bound")
-            await self._wait_for_change(job_id, self._deletion_deadline())
+            await self._wait_for_change(job_id, seen, self._deletion_deadline())
 
     def _current_annotations(self) -> dict[str, str]:
         return {uid: event.job_annotations for uid, event in self.pods.items() if uid in self.members}
@@ -282,8 +286,7 @@ class PlacementWorkflow:
             return
         await self._event("SlurmJobUpdated", f"Slurm job {job_id} updated from the changed annotations")
 
-    async def _wait_for_change(self, job_id: int, deadline: timedelta | None = None) -> None:
-        seen = self._changes
+    async def _wait_for_change(self, job_id: int, seen: int, deadline: timedelta | None = None) -> None:
         timeout = min(self.recheck, deadline) if deadline is not None else self.recheck
         try:
             await workflow.wait_condition(

@@ -292,7 +292,7 @@ async def test_annotation_change_updates_a_pending_job_and_is_refused_once_runni
 
     stack.kube.update_object("pods", "waiting", set_limit("45"), stack.namespace)
     await stack.kube.wait_for_async(
-        lambda: any(e["reason"] == "SlurmJobUpdated" for e in stack.events("waiting"))
+        lambda: any(e["reason"] == "SlurmJobUpdated" for e in stack.events("waiting")), 15
     )
     job = (await stack.slurm.get_job(job_id)).model_dump(mode="json")
     assert job["time_limit"]["number"] == 45
