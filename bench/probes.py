@@ -1,0 +1,363 @@
+"""Measuring instruments for the benchmarks: /proc CPU and memory, request counters, history costs.
+
+Everything here reads; nothing changes the system under test. CPU and memory
+come from /proc (utime + stime, VmRSS), so a figure is attributed to the
+process (or, inside this process, the thread) that spent it.
+"""
+
+import os
+import re
+import socket
+import time
+import urllib.request
+from collections import Counter, defaultdict
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+# -- /proc ---------------------------------------------------------------------
+
+
+def _stat_fields(path: str) -> list[str] | None:
+    """Fields of a /proc/.../stat line after the command name (which may contain spaces)."""
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return None
+    return text[text.rfind(")") + 2 :].split()
+
+
+def cpu_seconds(pid: int | None, tid: int | None = None) -> float | None:
+    """User + system CPU seconds of a process (or one of its threads); None when it is gone."""
+    if pid is None:
+        return None
+    fields = _stat_fields(f"/proc/{pid}/task/{tid}/stat" if tid else f"/proc/{pid}/stat")
+    if fields is None:
+        return None
+    # After the command: state(0) ppid(1) ... utime(11) stime(12).
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def thread_cpu_seconds() -> tuple[float, float]:
+    """This process: (main thread, Temporal SDK core threads) CPU seconds.
+
+    The SDK core (Rust, tokio) names its threads `tokio-*`; Python threads keep
+    the process name. The rest of the process (the fake Kubernetes API's
+    handler threads, including ones that have exited) is total - main - sdk.
+    """
+    pid = os.getpid()
+    main = cpu_seconds(pid, pid) or 0.0
+    sdk = 0.0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            comm = Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
+        except OSError:
+            continue
+        if comm.startswith("tokio"):
+            sdk += cpu_seconds(pid, int(tid)) or 0.0
+    return main, sdk
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds all cores spent not idle since boot (every process, ours and everyone else's)."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    ticks = [int(value) for value in fields[:8]]  # user nice system idle iowait irq softirq steal
+    return (sum(ticks) - ticks[3] - ticks[4]) / CLOCK_TICKS
+
+
+def memory_kb(pid: int | None, key: str = "VmRSS") -> int | None:
+    """A line of /proc/<pid>/status in KiB (VmRSS: now, VmHWM: peak)."""
+    if pid is None:
+        return None
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(f"{key}:"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def child_pid(comm: str) -> int | None:
+    """The pid of this process's child whose command name is `comm` (the dev server: `temporal`)."""
+    me = os.getpid()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            text = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        name = text[text.find("(") + 1 : text.rfind(")")]
+        fields = text[text.rfind(")") + 2 :].split()
+        if name == comm and int(fields[1]) == me:
+            return int(entry)
+    return None
+
+
+def pids_by_comm(comm: str, root: Path | None = None) -> list[int]:
+    """Processes named `comm`, optionally only those living in the chroot `root` (read-only look-up)."""
+    found = []
+    wanted_root = os.path.realpath(root) if root is not None else None
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if Path(f"/proc/{entry}/comm").read_text().strip() != comm:
+                continue
+            if wanted_root is not None and os.path.realpath(f"/proc/{entry}/root") != wanted_root:
+                continue
+        except OSError:
+            continue
+        found.append(int(entry))
+    return found
+
+
+@dataclass(frozen=True)
+class CpuSample:
+    """CPU seconds of every process that works for a placement, at one instant."""
+
+    at: float
+    process: float  # this process: bridge (worker + watchers), fake Kubernetes API, driver
+    main_thread: float  # asyncio loop: workflow and activity code, watchers, kube/Slurm clients, driver
+    sdk_core: float  # Temporal SDK core (Rust): gRPC, polling, history handling
+    server: float | None  # the Temporal dev server
+    slurmctld: float | None
+    slurmrestd: float | None
+    machine: float  # every process on the box, ours and everyone else's
+
+    @classmethod
+    def take(cls, server: int | None, slurmctld: int | None, slurmrestd: int | None) -> "CpuSample":
+        main, sdk = thread_cpu_seconds()
+        return cls(
+            at=time.monotonic(),
+            process=cpu_seconds(os.getpid()) or 0.0,
+            main_thread=main,
+            sdk_core=sdk,
+            server=cpu_seconds(server),
+            slurmctld=cpu_seconds(slurmctld),
+            slurmrestd=cpu_seconds(slurmrestd),
+            machine=machine_busy_seconds(),
+        )
+
+    def since(self, earlier: "CpuSample") -> dict[str, float | None]:
+        def delta(now: float | None, then: float | None) -> float | None:
+            return None if now is None or then is None else now - then
+
+        process = self.process - earlier.process
+        main = self.main_thread - earlier.main_thread
+        sdk = self.sdk_core - earlier.sdk_core
+        return {
+            "wall": self.at - earlier.at,
+            "process": process,
+            "main_thread": main,
+            "sdk_core": sdk,
+            "other_threads": process - main - sdk,
+            "server": delta(self.server, earlier.server),
+            "slurmctld": delta(self.slurmctld, earlier.slurmctld),
+            "slurmrestd": delta(self.slurmrestd, earlier.slurmrestd),
+            "machine": self.machine - earlier.machine,
+        }
+
+
+# -- HTTP request counting -----------------------------------------------------
+
+_ID_SEGMENT = re.compile(r"/\d+(?=/|$)")
+
+
+def slurm_operation(method: str, path: str) -> str:
+    """`GET /job/{id}` for `GET /slurm/v0.0.44/job/42`."""
+    path = re.sub(r"^/slurm/v[0-9.]+", "", path)
+    return f"{method} {_ID_SEGMENT.sub('/{id}', path)}"
+
+
+@dataclass
+class RequestStats:
+    count: Counter[str] = field(default_factory=Counter)
+    bytes_in: Counter[str] = field(default_factory=Counter)
+    seconds: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))  # to headers
+
+    def reset(self) -> None:
+        self.count.clear()
+        self.bytes_in.clear()
+        self.seconds.clear()
+
+    def snapshot(self) -> "RequestStats":
+        return RequestStats(Counter(self.count), Counter(self.bytes_in), defaultdict(float, self.seconds))
+
+
+class _CountingStream(httpx.AsyncByteStream):
+    def __init__(self, inner: httpx.AsyncByteStream, stats: RequestStats, operation: str) -> None:
+        self._inner = inner
+        self._stats = stats
+        self._operation = operation
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._inner:
+            self._stats.bytes_in[self._operation] += len(chunk)
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class CountingTransport(httpx.AsyncBaseTransport):
+    """Wraps httpx's transport: requests, response bytes and time per Slurm operation."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport | None = None) -> None:
+        self._inner = inner or httpx.AsyncHTTPTransport()
+        self.stats = RequestStats()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        operation = slurm_operation(request.method, request.url.path)
+        started = time.perf_counter()
+        response = await self._inner.handle_async_request(request)
+        self.stats.count[operation] += 1
+        self.stats.seconds[operation] += time.perf_counter() - started
+        assert isinstance(response.stream, httpx.AsyncByteStream)
+        response.stream = _CountingStream(response.stream, self.stats, operation)
+        return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+_KUBE_NAME = re.compile(r"(/namespaces/[^/]+)|(/(pods|nodes|events)/[^/]+)")
+
+
+def kube_operation(method: str, path: str, query: dict[str, str]) -> str:
+    """`PATCH /api/v1/namespaces/{ns}/pods/{name}` for a concrete path; watches marked as such."""
+
+    def generic(match: re.Match[str]) -> str:
+        if match.group(1):
+            return "/namespaces/{ns}"
+        return f"/{match.group(3)}/{{name}}"
+
+    operation = f"{method} {_KUBE_NAME.sub(generic, path)}"
+    return operation + " (watch)" if query.get("watch") in ("true", "1") else operation
+
+
+# -- statistics ----------------------------------------------------------------
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Linear interpolation between closest ranks (q in 0..100)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+# -- Temporal histories --------------------------------------------------------
+
+
+@dataclass
+class HistoryCost:
+    """What one workflow execution cost Temporal, counted from its history."""
+
+    events: int = 0
+    bytes: int = 0
+    workflow_tasks: int = 0
+    actions: Counter[str] = field(default_factory=Counter)  # by kind, Temporal Cloud's rules
+    signals: Counter[str] = field(default_factory=Counter)  # by signal name
+    activities: Counter[str] = field(default_factory=Counter)  # by activity type
+    activity_retries: int = 0
+
+    @property
+    def billable_actions(self) -> int:
+        return sum(self.actions.values())
+
+
+def history_cost(events: Iterable[HistoryEvent]) -> HistoryCost:
+    """Events, bytes and billable actions (Temporal Cloud's rules, perf.md §1.3).
+
+    Actions: the workflow start; each activity scheduled (and each retry); each
+    signal received; each UpsertWorkflowSearchAttributes; each timer started.
+    Local activities (markers) would add one per workflow task; the bridge uses none.
+    """
+    cost = HistoryCost()
+    for event in events:
+        cost.events += 1
+        cost.bytes += event.ByteSize()
+        kind = event.event_type
+        if kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+            cost.actions["start"] += 1
+        elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            cost.actions["activity"] += 1
+            cost.activities[event.activity_task_scheduled_event_attributes.activity_type.name] += 1
+        elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+            retries = max(event.activity_task_started_event_attributes.attempt - 1, 0)
+            cost.activity_retries += retries
+            cost.actions["activity retry"] += retries
+        elif kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+            cost.actions["signal"] += 1
+            cost.signals[event.workflow_execution_signaled_event_attributes.signal_name] += 1
+        elif kind == EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES:
+            cost.actions["upsert"] += 1
+        elif kind == EventType.EVENT_TYPE_TIMER_STARTED:
+            cost.actions["timer"] += 1
+        elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            cost.workflow_tasks += 1
+        elif kind == EventType.EVENT_TYPE_MARKER_RECORDED:
+            cost.actions["local activities"] += 1
+    return cost
+
+
+# -- Temporal server metrics ---------------------------------------------------
+
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def scrape(url: str) -> Samples:
+    """A Prometheus text page as {(name, labels): value}; empty when it cannot be read."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            text = response.read().decode()
+    except OSError:
+        return {}
+    samples = {}
+    for line in text.splitlines():
+        match = _SAMPLE.match(line)
+        if not match or line.startswith("#"):
+            continue
+        labels = frozenset(_LABEL.findall(match.group(2) or ""))
+        try:
+            samples[(match.group(1), labels)] = float(match.group(3))
+        except ValueError:
+            continue
+    return samples
+
+
+def metric_by(samples: Samples, name: str, label: str, **where: str) -> dict[str, float]:
+    """Sum of a counter by one label, over the samples whose labels include `where`.
+
+    The dev server reports most request counters twice (service_name frontend
+    and history): pass service_name="frontend" to count each RPC once.
+    """
+    out: defaultdict[str, float] = defaultdict(float)
+    for (metric, labels), value in samples.items():
+        if metric != name:
+            continue
+        found = dict(labels)
+        if all(found.get(key) == wanted for key, wanted in where.items()):
+            out[found.get(label, "")] += value
+    return dict(out)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
