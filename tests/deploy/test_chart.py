@@ -337,8 +337,7 @@ def _admission_configurations(documents: list[Manifest]) -> list[Manifest]:
 
 @pytest.mark.parametrize("name", ["defaults", "everything on", "without cert-manager"])
 def test_admission_webhooks_call_the_webhook_service(name: str) -> None:
-    if not (CHART / "templates" / "admission-webhooks.yaml").exists():
-        pytest.skip("templates/admission-webhooks.yaml (maintained with the webhook) is not written yet")
+    assert (CHART / "templates" / "admission-webhooks.yaml").exists(), "the webhook template is gone"
     values = VARIANTS[name]
     documents = manifests(values)
     configurations = _admission_configurations(documents)
