@@ -183,6 +183,17 @@ class Replica:
         await self.bridge.slurm.close()
 
 
+def bound(pod: Pod | None) -> str | None:
+    """The node a pod is bound to, if any."""
+    node = (pod or {}).get("spec", {}).get("nodeName")
+    return str(node) if node else None
+
+
+def finished_cleanly(pod: Pod | None) -> bool:
+    """Gone, or no longer held by the bridge's finalizer."""
+    return pod is None or keys.FINALIZER not in (pod["metadata"].get("finalizers") or [])
+
+
 def job_id_of(pod: Pod | None) -> int | None:
     label = ((pod or {}).get("metadata", {}).get("labels") or {}).get(keys.LABEL_SLURM_JOB_ID)
     return int(label) if label else None

@@ -9,20 +9,11 @@ from temporalio.client import WorkflowHandle
 from bridge import grouping, keys
 from bridge.models import PlacementState
 from tests.e2e.conftest import StackFactory
-from tests.e2e.harness import Pod, Stack, job_id_of, make_pod
+from tests.e2e.harness import Pod, Stack, bound, finished_cleanly, job_id_of, make_pod
 from worker.pod_watcher import group_workflow_id
 from workflows.placement import PlacementWorkflow
 
 pytestmark = pytest.mark.slurm
-
-
-def bound(pod: Pod | None) -> str | None:
-    node = (pod or {}).get("spec", {}).get("nodeName")
-    return str(node) if node else None
-
-
-def finished_cleanly(pod: Pod | None) -> bool:
-    return pod is None or keys.FINALIZER not in (pod["metadata"].get("finalizers") or [])
 
 
 async def members_seen(stack: Stack, workflow_id: str, count: int) -> PlacementState:

@@ -20,7 +20,7 @@ from temporalio.worker import Replayer
 
 from bridge import keys
 from tests.e2e.conftest import StackFactory
-from tests.e2e.harness import Pod, Stack, job_id_of
+from tests.e2e.harness import Pod, Stack, bound, finished_cleanly, job_id_of
 from worker.operations import RetryRefused, retry_placement
 from workflows.placement import PlacementWorkflow
 
@@ -28,20 +28,11 @@ pytestmark = pytest.mark.slurm
 GOLDEN_HISTORY = Path(__file__).parent.parent / "histories" / "placement-bound-done.json"
 
 
-def bound(pod: Pod | None) -> str | None:
-    node = (pod or {}).get("spec", {}).get("nodeName")
-    return str(node) if node else None
-
-
 def scheduled_condition(pod: Pod | None) -> dict[str, Any] | None:
     for condition in (pod or {}).get("status", {}).get("conditions") or []:
         if condition["type"] == "PodScheduled":
             return dict(condition)
     return None
-
-
-def finished_cleanly(pod: Pod | None) -> bool:
-    return pod is None or keys.FINALIZER not in (pod["metadata"].get("finalizers") or [])
 
 
 async def slurm_bridge(stack: Stack, *args: str) -> Any:

@@ -13,14 +13,9 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import StackFactory
-from tests.e2e.harness import Pod, Stack, job_id_of
+from tests.e2e.harness import Pod, Stack, bound, job_id_of
 
 pytestmark = pytest.mark.slurm
-
-
-def bound(pod: Pod | None) -> str | None:
-    node = (pod or {}).get("spec", {}).get("nodeName")
-    return str(node) if node else None
 
 
 def free_port() -> int:
