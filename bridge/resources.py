@@ -114,6 +114,27 @@ def pod_resources(pod: Pod) -> PodResources:
     return result
 
 
+def group_resources(pods: Iterable[Pod]) -> ResourceList:
+    """What one node must offer to run any pod of a group: per resource, the group's largest.
+
+    Each pod counts with the larger of its effective request and limit, and every
+    resource (cpu, memory, each GPU vendor, each DRA device class, any other
+    extended resource) takes its maximum over the pods independently: a group of
+    a 2-GPU, 1-CPU pod and a 1-GPU, 8-CPU pod needs 2 GPUs and 8 CPUs per node.
+    Raises PodSpecError, naming the pod, when a pod's resources do not parse.
+    """
+    largest: ResourceList = {}
+    for pod in pods:
+        try:
+            resources = pod_resources(pod)
+        except PodSpecError as error:
+            meta = _object(pod.get("metadata"), "", [])
+            where = f"pod {meta.get('namespace')}/{meta.get('name')}"
+            raise PodSpecError([f"{where}: {p}" for p in error.problems]) from error
+        largest = _max(largest, _max(resources.requests, resources.limits))
+    return largest
+
+
 def _all_resource_names(spec: Mapping[str, Any]) -> Iterable[tuple[str, str]]:
     """(container name, resource name) for every request and limit, init containers included."""
     ignored: list[str] = []  # wrong types are reported by pod_resources()

@@ -14,7 +14,7 @@ from bridge import keys
 from bridge.annotations import AnnotationError, JobAnnotations, parse_job_annotations
 from bridge.models import JobDescription, NoValNumber, admin_comment_for
 from bridge.quantity import mebibytes, whole_cpus
-from bridge.resources import DRA_CPU, Pod, PodSpecError, placement_problems, pod_resources
+from bridge.resources import DRA_CPU, Pod, PodSpecError, group_resources, placement_problems
 
 
 class TranslationError(ValueError):
@@ -47,9 +47,13 @@ def pod_key(pod: Pod) -> str:
 
 
 def _largest_gpu(limits: Mapping[str, Fraction]) -> str | None:
-    """`gres/gpu=N` from device-plugin GPUs, `gres/gpu:<class>=N` from DRA; the largest count wins."""
+    """`gres/gpu=N` from device-plugin GPUs, `gres/gpu:<class>=N` from DRA; the largest count wins.
+
+    Ties go to the first resource name in sorted order, so the answer never
+    depends on dict order.
+    """
     best: tuple[Fraction, str] | None = None
-    for name, quantity in limits.items():
+    for name, quantity in sorted(limits.items()):
         if quantity <= 0:
             continue
         if name in keys.GPU_RESOURCES:
@@ -73,9 +77,15 @@ def build_job(
     annotations: Mapping[str, str] | None,
     shape: GroupShape,
     defaults: Defaults,
-    excluded_nodes: Sequence[str] = (),
+    excluded_nodes: Sequence[str] | None = None,
 ) -> JobDescription:
-    """The job_desc_msg for a group of pods placed together, one pod per node."""
+    """The job_desc_msg for a group of pods placed together, one pod per node.
+
+    Per-node CPUs, memory and GPUs are the largest any pod of the group asks
+    for, each resource on its own (`bridge.resources.group_resources`), so
+    whichever pod lands on a node fits there. `excluded_nodes` are Slurm node
+    names the job must avoid (`bridge.feasibility.excluded_slurm_nodes`).
+    """
     if not pods:
         raise TranslationError(f"{shape.name}: no pods to place")
     problems: list[str] = []
@@ -89,22 +99,17 @@ def build_job(
     if problems:
         raise TranslationError("; ".join(problems))
 
-    cpus, memory, gres = shape.cpus_per_task, shape.memory_mib, None
-    for pod in pods:
-        try:
-            resources = pod_resources(pod)
-        except PodSpecError as error:  # pragma: no cover - placement_problems reported it already
-            raise TranslationError(str(error)) from error
-        wanted = {
-            name: max(resources.requests.get(name, Fraction(0)), resources.limits.get(name, Fraction(0)))
-            for name in ("cpu", DRA_CPU, "memory")
-        }
-        pod_cpus = whole_cpus(max(wanted["cpu"], wanted[DRA_CPU]))
-        if pod_cpus > 0:
-            cpus = max(cpus or 0, pod_cpus)
-        if wanted["memory"] > 0:
-            memory = max(memory or 0, mebibytes(wanted["memory"]))
-        gres = _largest_gpu(resources.limits) or gres
+    try:
+        per_node = group_resources(pods)
+    except PodSpecError as error:  # pragma: no cover - placement_problems reported it already
+        raise TranslationError(str(error)) from error
+    cpus, memory = shape.cpus_per_task, shape.memory_mib
+    largest_cpus = whole_cpus(max(per_node.get("cpu", Fraction(0)), per_node.get(DRA_CPU, Fraction(0))))
+    if largest_cpus > 0:
+        cpus = max(cpus or 0, largest_cpus)
+    if per_node.get("memory", Fraction(0)) > 0:
+        memory = max(memory or 0, mebibytes(per_node["memory"]))
+    gres = _largest_gpu(per_node)
 
     count = len(pods)
     min_nodes = overrides.min_nodes or shape.min_nodes or count
@@ -142,12 +147,12 @@ def build_job(
         reservation=overrides.reservation,
         time_limit=time_limit,
         wckey=overrides.wckey,
-        excluded_nodes=sorted(excluded_nodes) or None,
+        excluded_nodes=sorted(set(excluded_nodes or ())) or None,
     )
 
 
 def build_pod_job(
-    pod: Mapping[str, Any], *, defaults: Defaults, excluded_nodes: Sequence[str] = ()
+    pod: Mapping[str, Any], *, defaults: Defaults, excluded_nodes: Sequence[str] | None = None
 ) -> JobDescription:
     """A bare pod (no supported owning workload): its own annotations, one node."""
     meta = pod.get("metadata") or {}

@@ -3,8 +3,9 @@ from typing import Any
 
 import pytest
 
-from bridge.resources import pod_resources
-from bridge.translate import Defaults, TranslationError, build_pod_job
+from bridge.models import JobDescription
+from bridge.resources import PodSpecError, group_resources, pod_resources
+from bridge.translate import Defaults, GroupShape, TranslationError, build_job, build_pod_job
 
 P = "slurmjob.slinky.slurm.net/"
 
@@ -170,3 +171,149 @@ def test_bad_annotation_and_bad_quantity_are_both_reported() -> None:
         )
     assert "memory" in str(caught.value)
     assert "min-nodes" in str(caught.value)
+
+
+# -- groups: per-node resources are the largest pod's, resource by resource ----
+
+
+def member(
+    name: str, requests: dict[str, str] | None = None, limits: dict[str, str] | None = None
+) -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": "team-a", "name": name, "uid": name},
+        "spec": {"containers": [container(requests=requests, limits=limits)]},
+    }
+
+
+def group_job(*pods: dict[str, Any], shape: GroupShape | None = None, **kwargs: Any) -> JobDescription:
+    return build_job(
+        list(pods), annotations=None, shape=shape or GroupShape(name="g"), defaults=Defaults(), **kwargs
+    )
+
+
+DRA_GPU = "deviceclass.resource.kubernetes.io/gpu.nvidia.com"
+DRA_CPU = "deviceclass.resource.kubernetes.io/dra.cpu"
+
+
+@pytest.mark.parametrize(
+    ("pods", "cpus", "memory_mib", "gres"),
+    [
+        pytest.param(
+            [member("a", limits={"nvidia.com/gpu": "2"}), member("b", limits={"nvidia.com/gpu": "1"})],
+            None,
+            None,
+            "gres/gpu=2",
+            id="2-gpu-then-1-gpu",
+        ),
+        pytest.param(
+            [member("a", limits={"nvidia.com/gpu": "1"}), member("b", limits={"nvidia.com/gpu": "2"})],
+            None,
+            None,
+            "gres/gpu=2",
+            id="1-gpu-then-2-gpu",
+        ),
+        pytest.param(
+            [member("a", limits={"nvidia.com/gpu": "2"}), member("b")],
+            None,
+            None,
+            "gres/gpu=2",
+            id="gpu-pod-then-cpu-only-pod",
+        ),
+        pytest.param(
+            [member("a", limits={"amd.com/gpu": "4"}), member("b", limits={"amd.com/gpu": "1"})],
+            None,
+            None,
+            "gres/gpu=4",
+            id="amd",
+        ),
+        pytest.param(
+            [member("a", limits={"amd.com/gpu": "1"}), member("b", limits={"nvidia.com/gpu": "3"})],
+            None,
+            None,
+            "gres/gpu=3",
+            id="vendors-mixed-largest-count",
+        ),
+        pytest.param(
+            [member("a", limits={DRA_GPU: "3"}), member("b", limits={DRA_GPU: "1"})],
+            None,
+            None,
+            "gres/gpu:gpu.nvidia.com=3",
+            id="dra-class",
+        ),
+        pytest.param(
+            [
+                member("a", requests={"cpu": "8", "memory": "1Gi"}, limits={"nvidia.com/gpu": "1"}),
+                member("b", requests={"cpu": "2", "memory": "4Gi"}, limits={"nvidia.com/gpu": "2"}),
+            ],
+            8,
+            4096,
+            "gres/gpu=2",
+            id="each-resource-from-a-different-pod",
+        ),
+        pytest.param(
+            [member("a", requests={"cpu": "500m"}, limits={"cpu": "3"}), member("b", requests={"cpu": "2"})],
+            3,
+            None,
+            None,
+            id="cpu-limit-counts",
+        ),
+        pytest.param(
+            [member("a", requests={DRA_CPU: "6"}), member("b", requests={DRA_CPU: "2", "memory": "100Mi"})],
+            6,
+            100,
+            None,
+            id="dra-cpu",
+        ),
+        pytest.param(
+            [member("a", requests={"memory": "1.5Mi"}), member("b", requests={"memory": "1Mi"})],
+            None,
+            2,
+            None,
+            id="memory-rounded-up",
+        ),
+    ],
+)
+def test_group_per_node_resources_are_the_largest_pods(
+    pods: list[dict[str, Any]], cpus: int | None, memory_mib: int | None, gres: str | None
+) -> None:
+    job = group_job(*pods)
+    assert job.cpus_per_task == cpus
+    assert (job.memory_per_node.number if job.memory_per_node else None) == memory_mib
+    assert job.tres_per_node == gres
+    assert (job.nodes, job.minimum_nodes, job.maximum_nodes) == (str(len(pods)), len(pods), len(pods))
+
+
+def test_group_resources_do_not_depend_on_pod_order() -> None:
+    pods = [
+        member("a", requests={"cpu": "1", "memory": "2Gi"}, limits={"nvidia.com/gpu": "2"}),
+        member("b", requests={"cpu": "4"}, limits={DRA_GPU: "2"}),
+        member("c", requests={"memory": "3Gi"}, limits={"amd.com/gpu": "1"}),
+    ]
+    jobs = {group_job(*order).model_dump_json(exclude={"admin_comment"}) for order in (pods, pods[::-1])}
+    assert len(jobs) == 1
+    # a tie between resources goes to the first name in sorted order, not to dict order
+    assert group_job(*pods).tres_per_node == "gres/gpu:gpu.nvidia.com=2"
+
+
+def test_shape_floor_still_applies_to_groups() -> None:
+    job = group_job(
+        member("a", requests={"cpu": "2"}), shape=GroupShape(name="g", cpus_per_task=4, memory_mib=10)
+    )
+    assert (job.cpus_per_task, job.memory_per_node and job.memory_per_node.number) == (4, 10)
+
+
+def test_group_resources_name_the_pod_with_a_bad_quantity() -> None:
+    with pytest.raises(PodSpecError, match=r"pod team-a/b: .*memory"):
+        group_resources([member("a"), member("b", requests={"memory": "lots"})])
+
+
+@pytest.mark.parametrize(
+    ("excluded", "expected"),
+    [(None, None), ([], None), (["n2", "n1", "n2"], ["n1", "n2"]), (("n3",), ["n3"])],
+)
+def test_build_job_excluded_nodes(
+    excluded: list[str] | tuple[str, ...] | None, expected: list[str] | None
+) -> None:
+    job = group_job(member("a"), excluded_nodes=excluded)
+    assert job.excluded_nodes == expected
+    assert "required_nodes" not in job.to_slurm()
