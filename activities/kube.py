@@ -111,6 +111,12 @@ class KubeActivities:
             if pod is None:
                 raise ApplicationError(f"pod {ref.key} is gone", type=POD_GONE, non_retryable=True)
             pods.append(pod)
+        return await self.build_job(request, pods)
+
+    async def build_job(
+        self, request: PlacementRequest, pods: list[Json], excluded_nodes: list[str] | None = None
+    ) -> JobDescription:
+        """The job for these pods (as read), in the group's order; bad input is final."""
         pods = grouping.in_order(pods)
         try:
             group = await grouping.resolve(KubeReader(self.kube), pods[0])
@@ -119,6 +125,7 @@ class KubeActivities:
                 annotations=group.annotations,
                 shape=group.shape or GroupShape(name=request.group),
                 defaults=self.settings.defaults,
+                excluded_nodes=excluded_nodes,
             )
         except (TranslationError, grouping.GroupError) as error:
             raise ApplicationError(str(error), type=INVALID_POD, non_retryable=True) from error

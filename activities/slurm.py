@@ -58,9 +58,21 @@ def is_live(event: JobEvent) -> bool:
     return not event.gone and not ENDED_STATES.intersection(event.states)
 
 
+def _adopted(job: JobDescription, job_id: int) -> SubmitResult:
+    log.info(
+        "adopting Slurm job %s for %s",
+        job_id,
+        job.pod_keys,
+        extra={"job_id": job_id, "pods": job.pod_keys},
+    )
+    return SubmitResult(job_id=job_id, created=False)
+
+
 class SlurmActivities:
     def __init__(self, slurm: SlurmClient) -> None:
         self.slurm = slurm
+        # find_job calls made by submit_once on a recovery path: each lists Slurm's jobs.
+        self.recovery_listings = 0
 
     @activity.defn(name="submit_job")
     async def submit_job(self, job: JobDescription, placement_id: str, since: int) -> SubmitResult:
@@ -74,13 +86,39 @@ class SlurmActivities:
         job = job.model_copy(update={"comment": placement_id})
         existing = await self.find_job(job, since)
         if existing is not None:
-            log.info(
-                "adopting Slurm job %s for %s",
-                existing,
-                job.pod_keys,
-                extra={"job_id": existing, "pods": job.pod_keys},
-            )
-            return SubmitResult(job_id=existing, created=False)
+            return _adopted(job, existing)
+        return await self._submit(job)
+
+    async def submit_once(
+        self, job: JobDescription, placement_id: str, *, since: int, recovery: bool
+    ) -> SubmitResult:
+        """Submit the placement's external job once; look for an earlier one only when recovering.
+
+        Not an activity: the placement's combined activity calls it. `recovery`
+        says whether a job of this placement may exist already: True for an
+        activity attempt after the first, after a workflow reset, an operator
+        retry, an adoption. Then, and only then, the live job carrying this
+        comment (placement id) and these pods is looked for first, by listing
+        the jobs changed since `since` (counted in `recovery_listings`: on a busy
+        Slurm that listing is megabytes).
+
+        Skipping the lookup when `recovery` is False is safe: the placement id,
+        which becomes the job's comment, is new for every generation
+        (`...@<generation>`), and generations are never reused. So only an
+        earlier attempt of this same activity execution could have submitted a
+        job with this comment; any such attempt makes this one attempt > 1, and
+        resets, retries and adoptions pass recovery=True. A first attempt
+        therefore finds nothing, and its lookup would only cost a listing.
+        """
+        job = job.model_copy(update={"comment": placement_id})
+        if recovery:
+            self.recovery_listings += 1
+            existing = await self.find_job(job, since)
+            if existing is not None:
+                return _adopted(job, existing)
+        return await self._submit(job)
+
+    async def _submit(self, job: JobDescription) -> SubmitResult:
         try:
             job_id = await self.slurm.submit_job(JobDescMsg.model_validate(job.to_slurm()))
         except SlurmRejected as error:

@@ -260,6 +260,9 @@ def percentile(values: Sequence[float], q: float) -> float | None:
 # -- Temporal histories --------------------------------------------------------
 
 
+PATCH_MARKER = "core_patch"
+
+
 @dataclass
 class HistoryCost:
     """What one workflow execution cost Temporal, counted from its history."""
@@ -283,6 +286,7 @@ def history_cost(events: Iterable[HistoryEvent]) -> HistoryCost:
     Actions: the workflow start; each activity scheduled (and each retry); each
     signal received; each UpsertWorkflowSearchAttributes; each timer started.
     Local activities (markers) would add one per workflow task; the bridge uses none.
+    Patch markers (`workflow.patched`) are free.
     """
     cost = HistoryCost()
     for event in events:
@@ -308,7 +312,10 @@ def history_cost(events: Iterable[HistoryEvent]) -> HistoryCost:
         elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
             cost.workflow_tasks += 1
         elif kind == EventType.EVENT_TYPE_MARKER_RECORDED:
-            cost.actions["local activities"] += 1
+            # A `workflow.patched` marker is not billed; local activity markers are
+            # (the bridge uses none: one action per workflow task would be an upper bound).
+            if event.marker_recorded_event_attributes.marker_name != PATCH_MARKER:
+                cost.actions["local activities"] += 1
     return cost
 
 

@@ -42,3 +42,8 @@ CONDITION_POD_SCHEDULED: Final = "PodScheduled"
 EXTERNAL_JOB_FLAG: Final = "EXTERNAL_JOB"
 # Prefix of every drain reason the bridge sets; a drain without it is an admin's.
 DRAIN_REASON_PREFIX: Final = "slurm-bridge: "
+
+# Bridge-owned (not a Slinky key): the placement id (docs/architecture.md) that
+# claimed the pod, written with the finalizer. The pod watcher signals only that
+# placement and never starts another for a claimed pod.
+ANNOTATION_PLACEMENT: Final = "slurm-bridge/placement"

@@ -104,6 +104,36 @@ def admin_comment_pods(admin_comment: str | None) -> list[str] | None:
 
 
 PLACEMENT_ID_PREFIX = "placement/"
+GENERATION_SEPARATOR = "@"
+
+
+def workflow_id_of(placement_id: str) -> str:
+    """The placement workflow's id: the placement id (a job's comment) without `@<generation>`.
+
+    `placement/<installation>/<group key>@<generation>` → `placement/<installation>/<group key>`;
+    an id of the old format (no `@`) is its own workflow id (docs/architecture.md, "Placement ids").
+    """
+    if not placement_id.startswith(PLACEMENT_ID_PREFIX):
+        raise ValueError(f"not a placement id: {placement_id!r}")
+    workflow_id, separator, _ = placement_id.rpartition(GENERATION_SEPARATOR)
+    return workflow_id if separator else placement_id
+
+
+def installation_of(placement_id: str) -> str | None:
+    """The bridge installation a placement id names; None for an id of the old format (no `@`).
+
+    A `placement/` id with `@` but without `<installation>/<group key>` or generation is
+    malformed: ValueError, like any id that is not a placement id.
+    """
+    if not placement_id.startswith(PLACEMENT_ID_PREFIX):
+        raise ValueError(f"not a placement id: {placement_id!r}")
+    head, separator, generation = placement_id[len(PLACEMENT_ID_PREFIX) :].rpartition(GENERATION_SEPARATOR)
+    if not separator:
+        return None
+    installation, slash, group_key = head.partition("/")
+    if not (installation and slash and group_key and generation):
+        raise ValueError(f"malformed placement id: {placement_id!r}")
+    return installation
 
 
 class PlacementRequest(Frozen):
@@ -118,6 +148,17 @@ class PlacementRequest(Frozen):
     pods: list[PodRef]
     kind: str = "Pod"  # Pod, Job, JobSet, LeaderWorkerSet, PodGroup
     min_pods: int = 1
+    # Since the placement-v2 patch (docs/architecture.md, "Placement ids"); empty in v1 requests.
+    installation: str = ""
+    generation: str = ""  # uid of the pod that opened this generation; default: the first pod's
+    # An operator retry or an adoption: a job of this placement may exist, look before submitting.
+    recovery: bool = False
+    # Seconds a bound pod being deleted may take beyond its grace period before its job is released.
+    deletion_slack_seconds: float = 60.0
+    # What the starter saw of the pods (applied before run(): no start signal needed).
+    events: list["PodEvent"] = Field(default_factory=list)
+    # Set by continue-as-new: the placement goes on where it was.
+    carry: "PlacementCarry | None" = None
 
 
 class PodEvent(Frozen):
@@ -194,3 +235,67 @@ class PlacementState(BaseModel):
     nodes: list[str] = Field(default_factory=list)
     failure: str = ""
     history: list[PhaseChange] = Field(default_factory=list)
+
+
+# -- placement v2: what the three folded activities take and give -------------
+
+
+class PrepareInput(Frozen):
+    request: PlacementRequest  # pods: the live members, any order
+    placement_id: str  # the Slurm job's comment
+    since: int  # Unix seconds before which this placement cannot have submitted anything
+    recovery: bool  # look for an existing job of this placement before submitting
+
+
+class Prepared(Frozen):
+    """What prepare_and_submit did: the job, or why there is nothing to submit."""
+
+    submitted: bool
+    pods: list[PodRef]  # the members in the job's order (pod i takes allocated node i)
+    job_id: int = 0
+    partition: str = ""
+    created: bool = True  # False: an existing job of this placement was adopted
+    job: JobEvent | None = None  # the job as read right after submission
+    annotations: dict[str, str] = Field(default_factory=dict)  # uid → job annotations translated
+    detail: str = ""  # why nothing was submitted
+
+
+class BindInput(Frozen):
+    pods: list[PodRef]
+    job_id: int
+    scheduler_name: str = ""
+
+
+class BindResult(Frozen):
+    job: JobEvent  # read afresh before binding
+    slurm_nodes: list[str] = Field(default_factory=list)  # allocated, one per pod; empty: not bound
+    nodes: list[str] = Field(default_factory=list)  # Kubernetes nodes, pod i on nodes[i]
+
+
+class ReleaseInput(Frozen):
+    """Give back what a placement holds, telling the pods why."""
+
+    pods: list[PodRef]
+    reason: str  # Event (and condition) reason
+    message: str
+    job_id: int | None = None
+    cancel_job: bool = False
+    remove_pods: bool = False  # the job ended: the pods must go
+    warning: bool = False
+    condition: bool = False  # also PodScheduled=False with reason and message (a failed placement)
+
+
+class PlacementCarry(BaseModel):
+    """A placement's state across continue-as-new (same workflow id, same generation)."""
+
+    state: PlacementState
+    members: list[PodRef]
+    pods: list[PodEvent]
+    job: JobEvent | None = None
+    translated_annotations: dict[str, str] = Field(default_factory=dict)
+    recheck_seconds: float = 600.0
+    slurm_nodes: list[str] = Field(default_factory=list)
+    newcomers: list[PodRef] = Field(default_factory=list)
+
+
+PlacementRequest.model_rebuild()

@@ -3,21 +3,22 @@
 With a selector, every admission request needs the labels of its namespace.
 A GET per request would put the API server on the hot path of every pod
 creation (and make the webhook as slow as the API server under load), so the
-labels come from a cache fed by one list + watch: resumed from the last
-resourceVersion when the stream ends, re-listed when the API server answers
-410 Gone (the version is too old). A namespace missing from the cache (created
-a moment ago, its watch event not here yet) is fetched once and cached.
+labels come from a cache fed by one list + watch (an `Informer`): resumed
+from the last resourceVersion when the stream ends, re-listed when the API
+server answers 410 Gone (the version is too old) or after a failure. A
+namespace missing from the cache (created a moment ago, its watch event not
+here yet) is fetched once and cached.
 """
 
 import asyncio
 import contextlib
 import logging
-import random
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from activities.kube_client import KubeClient, KubeError, KubeNotFound, WatchExpired, api_path
+from activities.kube_client import Json, KubeClient, KubeError, KubeNotFound, api_path
 from bridge.labels import Selector
+from worker.informer import Backoff, EventType, Informer, missing
 
 log = logging.getLogger(__name__)
 
@@ -65,14 +66,24 @@ class NamespaceLabelCache:
     ) -> None:
         self.kube = kube
         self.labels: dict[str, dict[str, str]] = {}
-        self.synced = asyncio.Event()
-        self.resource_version = ""
-        self.watch_timeout_seconds = watch_timeout_seconds
-        self.max_backoff = max_backoff
+        self.informer = Informer(
+            kube,
+            api_path("namespaces"),
+            name="namespaces",
+            on_event=self._on_event,
+            on_synced=self._on_synced,
+            watch_timeout_seconds=watch_timeout_seconds,
+            backoff=Backoff(initial=min(0.2, max_backoff), max=max_backoff),
+        )
+        self.synced = self.informer.synced
         # Counters the tests (and debug logs) read: how often the cache had to ask.
         self.lists = 0
         self.lookups = 0
         self._task: asyncio.Task[None] | None = None
+
+    @property
+    def resource_version(self) -> str:
+        return self.informer.resource_version
 
     async def start(self) -> None:
         if self._task is None:
@@ -86,50 +97,24 @@ class NamespaceLabelCache:
             self._task = None
 
     async def run(self) -> None:
-        failures = 0
-        while True:
-            try:
-                if not self.resource_version:
-                    await self._list()
-                await self._watch()
-                failures = 0  # the stream ended normally (timeoutSeconds): resume from where it stopped
-            except WatchExpired:
-                log.info("namespace watch expired (410 Gone): re-listing namespaces")
-                self.resource_version = ""
-            except Exception as error:  # the cache must outlive any failure; CancelledError still stops it
-                failures += 1
-                delay = min(self.max_backoff, 0.2 * 2**failures) * random.uniform(0.5, 1.0)
-                log.warning("namespace list/watch failed (%s); retrying in %.1fs", error, delay)
-                await asyncio.sleep(delay)
+        await self.informer.run()
 
-    async def _list(self) -> None:
-        listed = await self.kube.request("GET", api_path("namespaces"))
+    def _on_event(self, kind: EventType, obj: Json) -> None:
+        name = str(obj["metadata"]["name"])
+        if kind == "DELETED":
+            self.labels.pop(name, None)
+        else:
+            self.labels[name] = _labels(obj)
+
+    def _on_synced(self, names: frozenset[str]) -> None:
+        for name in missing(self.labels, names):
+            del self.labels[name]
         self.lists += 1
-        self.labels = {
-            str(item["metadata"]["name"]): _labels(item) for item in listed.get("items") or [] if _named(item)
-        }
-        self.resource_version = str((listed.get("metadata") or {}).get("resourceVersion") or "")
-        self.synced.set()
         log.info(
             "namespace label cache listed %d namespaces at resourceVersion %s",
-            len(self.labels),
+            len(names),
             self.resource_version,
         )
-
-    async def _watch(self) -> None:
-        async for event in self.kube.watch(
-            api_path("namespaces"),
-            resource_version=self.resource_version,
-            timeout_seconds=self.watch_timeout_seconds,
-        ):
-            obj = event.get("object") or {}
-            version = (obj.get("metadata") or {}).get("resourceVersion")
-            if event.get("type") in ("ADDED", "MODIFIED") and _named(obj):
-                self.labels[obj["metadata"]["name"]] = _labels(obj)
-            elif event.get("type") == "DELETED" and _named(obj):
-                self.labels.pop(obj["metadata"]["name"], None)
-            if version:
-                self.resource_version = str(version)
 
     async def get(self, namespace: str) -> dict[str, str] | None:
         """The namespace's labels; None if it does not exist."""
@@ -146,12 +131,6 @@ class NamespaceLabelCache:
         labels = _labels(obj)
         self.labels[namespace] = labels
         return labels
-
-
-def _named(obj: Any) -> bool:
-    return (
-        isinstance(obj, dict) and isinstance(obj.get("metadata"), dict) and bool(obj["metadata"].get("name"))
-    )
 
 
 def _labels(obj: dict[str, Any]) -> dict[str, str]:

@@ -1,28 +1,80 @@
-"""Job watcher: the one place that polls Slurm for job changes.
+"""Job watcher: the one place that polls Slurm for the bridge's job changes.
 
-Each interval it asks slurmrestd only for the jobs changed since the previous
-answer (`GET /jobs/?update_time=`), so the cost is one small request per
-interval however many pods wait, and signals the placements whose pods the
-changed bridge jobs name. Waiting placements themselves never poll.
+What it follows comes from Kubernetes, not from Slurm: `LiveJobs`, fed by the
+pod watcher from the pods' job-id label and placement annotation. Each interval:
+
+1. `GET /jobs/state/?job_id=A&job_id=B...` for those jobs only (chunks of up to
+   500 ids; ~80 bytes and well under a millisecond of slurmrestd per job), so
+   the cost follows the bridge's own jobs, never the other jobs in Slurm;
+2. `GET /job/{id}` for each job whose state changed since the previous pass,
+   that Slurm no longer knows, that is new to the watcher, or that is pending
+   and due for a refresh (its pending reason is not part of the state answer);
+3. a `job_changed` signal to the placement named by the job's comment, only
+   when the JobEvent differs from what that placement was last told (and not
+   for a first "PENDING, no reason yet": the placement read that itself when
+   it submitted).
+
+Only jobs of this installation are followed (`placement/<installation>/...@gen`),
+and jobs of the old id format (no `@`), whose comment is their workflow id.
+
+No periodic listing of every job (`GET /jobs/`: ~8 KB per job, 16 MB at 2,000
+jobs) is made, and none is needed: the job watcher only serves placements, and
+every placement's job is referenced by its pods, which the pod watcher lists
+again from Kubernetes whenever its watch breaks, so no job of a running
+placement can be missing from LiveJobs for longer than that. A job the probe
+does not find is reported gone. Each placement also re-reads its own job on a
+slow safety re-check, so a lost signal costs latency, never correctness. Jobs
+that no placement references any more are the sweep's business, not this loop's.
+
+The loop survives any exception: it logs it, counts it, backs off
+exponentially (tenacity, with jitter, up to `max_backoff`) and goes on; it ends
+only when cancelled.
 """
 
 import asyncio
 import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 
-from pydantic import BaseModel
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception_type,
+    stop_never,
+    wait_exponential_jitter,
+)
 
-from activities.slurm import job_event, placement_of
-from activities.slurm_client import SlurmClient, SlurmError
-from bridge.models import JobEvent
+from activities.slurm import is_live, job_event, placement_of
+from activities.slurm_client import SlurmClient, SlurmError, SlurmNotFound
+from bridge.models import JobEvent, installation_of, workflow_id_of
+from bridge.slurm_api import JobInfo
 from worker.delivery import LatestPerKey
+from worker.job_registry import LiveJobs
 from workflows.placement import PlacementWorkflow
 
 log = logging.getLogger(__name__)
 
+# A pending job's reason (Resources, Priority, PartitionConfig...) changes without its
+# state changing: re-read pending jobs this often, at most MAX_REFRESHES per pass.
+PENDING_REFRESH_SECONDS = 30.0
+MAX_REFRESHES = 20
+# Concurrent `GET /job/{id}` of one pass (a restart reads every followed job once).
+READ_CONCURRENCY = 8
+MAX_BACKOFF_SECONDS = 30.0
+# Slurm's pending reason before the scheduler has looked at a job.
+_NO_REASON = frozenset({"", "None"})
 
-FULL_LISTING_SECONDS = 15.0
+
+@dataclass
+class _Seen:
+    """What the previous passes learnt about one job."""
+
+    states: list[str] | None  # None: Slurm does not know the job
+    read_at: float  # monotonic time of the last full read
+    reason: str = ""
 
 
 class JobWatcher:
@@ -30,69 +82,193 @@ class JobWatcher:
         self,
         slurm: SlurmClient,
         temporal: Client,
+        jobs: LiveJobs,
         *,
+        installation: str,
         ready: asyncio.Event,
         interval: float,
+        pending_refresh: float = PENDING_REFRESH_SECONDS,
+        max_backoff: float = MAX_BACKOFF_SECONDS,
     ) -> None:
         self.slurm = slurm
         self.temporal = temporal
+        self.jobs = jobs
+        self.installation = installation
         self.ready = ready
         self.interval = interval
-        self.passes = 0
+        self.pending_refresh = pending_refresh
+        self.max_backoff = max(max_backoff, interval)
+        # Counters, for metrics and the benchmark.
+        self.passes = 0  # passes that completed
+        self.state_probes = 0  # job ids whose state was asked (`GET /jobs/state/`, batched)
+        self.job_gets = 0  # `GET /job/{id}` answered (a job found or not found)
+        self.signals = 0  # `job_changed` signals delivered
+        self.errors = 0  # passes that failed (each followed by a backoff)
         self._delivery: LatestPerKey[JobEvent] = LatestPerKey(self._deliver)
-        # What each placement was last told about each job, and the placements that
-        # are gone: slurmrestd lists every job whenever any job changed, so without
-        # this every listing would signal every placement again (each a billable action).
+        self._seen: dict[int, _Seen] = {}
+        # What each placement was last told about each job ("<workflow id>#<job id>"),
+        # and the placements that are closed: signal only what changed (each signal is
+        # a billable Temporal action and a workflow task).
         self._told: dict[str, JobEvent] = {}
         self._closed: set[str] = set()
+        self._retrying = AsyncRetrying(
+            retry=retry_if_exception_type(Exception),
+            wait=wait_exponential_jitter(multiplier=interval, max=self.max_backoff, jitter=interval),
+            stop=stop_never,
+            before_sleep=self._failed,
+            reraise=True,
+        )
 
     async def run(self) -> None:
-        # Placements are started by the pod watcher; signalling before its first
-        # list would only find fewer of them.
+        """Poll until cancelled; a failed pass is retried with backoff, never fatal."""
+        # Placements are started and their jobs tracked by the pod watcher; polling
+        # before its first list would only follow fewer jobs.
         await self.ready.wait()
-        since: int | None = None  # the first pass lists every job: nothing missed across restarts
-        # Every so often ask for everything regardless: a change slurmctld does not
-        # stamp (seen on a quiet controller) must not wait for the placements' own
-        # long re-check. Only changed jobs are signalled, so this costs one listing.
-        full_every = max(1, round(FULL_LISTING_SECONDS / self.interval))
         while True:
-            if self.passes % full_every == 0:
-                since = None
-            try:
-                jobs, next_since = await self.slurm.list_jobs(update_time=since)
-            except SlurmError as error:
-                log.warning("listing Slurm jobs failed: %s", error)
-            else:
-                listed = {self._route(job) for job in jobs}
-                if jobs:  # a non-empty answer lists every job: forget the ones Slurm dropped
-                    for key in set(self._told) - listed:
-                        del self._told[key]
-                    self._closed &= listed
-                since = next_since
-                self.passes += 1
+            await self._retrying.copy()(self.poll)
             await asyncio.sleep(self.interval)
+
+    async def poll(self) -> None:
+        """One pass: probe the followed jobs' states, read the changed ones, signal."""
+        followed = {job_id: pid for job_id, pid in self.jobs.items() if self._ours(pid)}
+        self._forget_except(followed)
+        if not followed:
+            self.passes += 1
+            return
+        self.state_probes += len(followed)
+        states = await self.slurm.job_states(followed)
+        to_read = self._to_read(followed, states, time.monotonic())
+        if to_read:
+            slots = asyncio.Semaphore(READ_CONCURRENCY)
+            results = await asyncio.gather(
+                *(self._read(job_id, states.get(job_id), slots) for job_id in to_read),
+                return_exceptions=True,
+            )
+            failures = [result for result in results if isinstance(result, BaseException)]
+            if failures:
+                raise failures[0]
+        self.passes += 1
+
+    async def wait_idle(self) -> None:
+        """Until every signal submitted so far was delivered (or found its placement closed)."""
+        await self._delivery.wait_idle()
 
     async def close(self) -> None:
         await self._delivery.close()
 
-    def _route(self, job: BaseModel) -> str:
-        wid = placement_of(job)
-        if wid is None:
-            return ""  # not a bridge job
-        event = job_event(job)
+    # -- a pass ----------------------------------------------------------------
+
+    def _ours(self, placement_id: str) -> bool:
+        try:
+            installation = installation_of(placement_id)
+        except ValueError:
+            return False
+        return installation is None or installation == self.installation
+
+    def _forget_except(self, followed: Mapping[int, str]) -> None:
+        """Drop what is known about jobs no longer followed: memory follows LiveJobs."""
+        for job_id in [job_id for job_id in self._seen if job_id not in followed]:
+            del self._seen[job_id]
+        for key in [key for key in self._told if _job_of(key) not in followed]:
+            del self._told[key]
+        self._closed = {key for key in self._closed if _job_of(key) in followed}
+
+    def _to_read(self, followed: Mapping[int, str], states: Mapping[int, list[str]], now: float) -> list[int]:
+        changed: list[int] = []
+        pending: list[tuple[float, int]] = []
+        for job_id in followed:
+            state = states.get(job_id)
+            seen = self._seen.get(job_id)
+            if seen is None or seen.states != state:
+                changed.append(job_id)
+            elif state is not None and "PENDING" in state:
+                # The reason is set by the scheduler's first look at the job: soon.
+                every = self.interval if seen.reason in _NO_REASON else self.pending_refresh
+                if now - seen.read_at >= every:
+                    pending.append((seen.read_at, job_id))
+        pending.sort()
+        return changed + [job_id for _, job_id in pending[:MAX_REFRESHES]]
+
+    async def _read(self, job_id: int, state: list[str] | None, slots: asyncio.Semaphore) -> None:
+        async with slots:
+            try:
+                job: JobInfo | None = await self.slurm.get_job(job_id)
+            except SlurmNotFound:
+                job = None
+        self.job_gets += 1
+        placement_id = self.jobs.placement_of(job_id)
+        if job is None:
+            event = JobEvent(job_id=job_id, states=[], gone=True)
+            self._seen[job_id] = _Seen(None, time.monotonic())
+        else:
+            event = job_event(job)
+            # The state as probed, not as read: a change between the two is seen next pass.
+            self._seen[job_id] = _Seen(state, time.monotonic(), event.reason)
+            comment = placement_of(job)
+            if comment is None:
+                # The id names a job that is not the bridge's (Slurm's state was wiped
+                # and the id handed out again): the followed job is gone.
+                event = JobEvent(job_id=job_id, states=[], gone=True)
+            elif comment != placement_id:
+                log.warning(
+                    "Slurm job %s has comment %s, its pods name placement %s; following the comment",
+                    job_id,
+                    comment,
+                    placement_id,
+                    extra={"job_id": job_id},
+                )
+                placement_id = comment
+        if placement_id is None or not self._ours(placement_id):
+            return
+        self._signal(workflow_id_of(placement_id), event)
+
+    def _signal(self, workflow_id: str, event: JobEvent) -> None:
         # Keyed by job too: an old job of the same placement must not displace the current one.
-        key = f"{wid}#{event.job_id}"
-        if key not in self._closed and self._told.get(key) != event:
-            self._delivery.submit(key, event)
-        return key
+        key = f"{workflow_id}#{event.job_id}"
+        if key in self._closed:
+            return
+        if key not in self._told and _just_submitted(event):
+            # The placement read its job right after submitting it: "pending, not yet
+            # looked at by the scheduler" is no news, and every signal is a billable action.
+            return
+        if event.pending and event.reason in _NO_REASON:
+            return  # a placement takes its job as pending from submission: nothing to act on
+        if self._told.get(key) == event:
+            if not is_live(event):
+                self.jobs.finished(event.job_id)
+            return
+        self._delivery.submit(key, event)
 
     async def _deliver(self, key: str, event: JobEvent) -> None:
-        wid = key.rsplit("#", 1)[0]
+        workflow_id = key.rpartition("#")[0]
         try:
-            await self.temporal.get_workflow_handle(wid).signal(PlacementWorkflow.job_changed, event)
+            await self.temporal.get_workflow_handle(workflow_id).signal(PlacementWorkflow.job_changed, event)
         except RPCError as error:
             if error.status != RPCStatusCode.NOT_FOUND:
                 raise
-            self._closed.add(key)  # the placement is over; its job changes concern nobody
+            # The placement is over; its job concerns nobody here (the sweep handles orphans).
+            self._closed.add(key)
+            self.jobs.finished(event.job_id)
             return
+        self.signals += 1
         self._told[key] = event
+        if not is_live(event):
+            self.jobs.finished(event.job_id)  # told it is over: stop asking about it
+
+    async def _failed(self, retry_state: RetryCallState) -> None:
+        self.errors += 1
+        error = retry_state.outcome.exception() if retry_state.outcome is not None else None
+        delay = retry_state.upcoming_sleep
+        if isinstance(error, SlurmError):
+            # Slurm's own message says it all (slurmrestd down, slow, token refused).
+            log.warning("job watcher pass failed, next try in %.1f s: %s", delay, error)
+        else:
+            log.error("job watcher pass failed, next try in %.1f s", delay, exc_info=error)
+
+
+def _just_submitted(event: JobEvent) -> bool:
+    return event.states == ["PENDING"] and event.reason in _NO_REASON and not event.nodes
+
+
+def _job_of(key: str) -> int:
+    return int(key.rpartition("#")[2])

@@ -6,27 +6,41 @@ tests run in-process: the same wiring, only the addresses differ.
 
 import asyncio
 import logging
-from collections.abc import Sequence
-from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
+from google.protobuf.message import Message
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
-from temporalio.client import Client
+from temporalio.client import Client, ClientConfig, WorkflowHistory
+from temporalio.client import Plugin as ClientPlugin
 from temporalio.common import SearchAttributeKey
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
-from temporalio.service import RPCError, TLSConfig
-from temporalio.worker import Worker
+from temporalio.service import (
+    ConnectConfig,
+    RPCError,
+    ServiceClient,
+    ServiceResponse,
+    TLSConfig,
+    _BridgeServiceClient,
+)
+from temporalio.worker import Plugin as WorkerPlugin
+from temporalio.worker import Replayer, ReplayerConfig, Worker, WorkerConfig, WorkflowReplayResult
 
 from activities.kube import KubeActivities, KubeSettings
 from activities.kube_client import KubeClient, load_configuration
 from activities.nodes import NodeActivities
+from activities.placement import PlacementActivities
 from activities.slurm import SlurmActivities
 from activities.slurm_client import SlurmClient
 from bridge import search_attributes as sa
 from bridge.translate import Defaults
+from worker.job_registry import LiveJobs
 from worker.job_watcher import JobWatcher
 from worker.metrics import slurm_observer
 from worker.node_watcher import NodeWatcher
@@ -35,6 +49,7 @@ from worker.schedules import NODE_SYNC_SCHEDULE_ID, ensure_node_sync_schedule
 from worker.settings import TemporalSettings, WorkerSettings
 from workflows.node_sync import NodeSyncWorkflow
 from workflows.placement import PlacementWorkflow
+from workflows.placement_v1 import PlacementWorkflowV1
 
 log = logging.getLogger(__name__)
 
@@ -45,15 +60,197 @@ async def connect_temporal(settings: TemporalSettings, *, metrics_port: int = 0)
         runtime = Runtime(
             telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=f"0.0.0.0:{metrics_port}"))
         )
-    api_key = settings.temporal_api_key_file.read_text().strip() if settings.temporal_api_key_file else None
+    credentials = TemporalCredentials.read(settings)
     return await Client.connect(
         settings.temporal_address,
         namespace=settings.temporal_namespace,
         data_converter=pydantic_data_converter,
-        tls=TLSConfig() if settings.temporal_tls else False,
-        api_key=api_key,
+        tls=credentials.tls,
+        api_key=credentials.api_key,
         runtime=runtime,
+        # Credentials from files are watched while a worker runs on this client.
+        plugins=[CredentialReloader(settings, credentials)] if any(credential_files(settings)) else [],
     )
+
+
+@dataclass(frozen=True)
+class TemporalCredentials:
+    """What the connection authenticates with, as the files hold it now."""
+
+    tls: TLSConfig | bool
+    api_key: str | None
+
+    @classmethod
+    def read(cls, settings: TemporalSettings) -> "TemporalCredentials":
+        def read(path: Path | None) -> bytes | None:
+            return path.read_bytes() if path is not None else None
+
+        tls: TLSConfig | bool = settings.temporal_tls_enabled
+        if any(credential_files(settings)[:3]) or settings.temporal_tls_server_name:
+            tls = TLSConfig(
+                client_cert=read(settings.temporal_tls_cert_file),
+                client_private_key=read(settings.temporal_tls_key_file),
+                server_root_ca_cert=read(settings.temporal_tls_ca_file),
+                domain=settings.temporal_tls_server_name,
+            )
+        api_key = read(settings.temporal_api_key_file)
+        return cls(tls, api_key.decode().strip() if api_key is not None else None)
+
+
+def credential_files(settings: TemporalSettings) -> tuple[Path | None, ...]:
+    """Client certificate, key, CA and API key files (None where not configured)."""
+    return (
+        settings.temporal_tls_cert_file,
+        settings.temporal_tls_key_file,
+        settings.temporal_tls_ca_file,
+        settings.temporal_api_key_file,
+    )
+
+
+class _ReconnectingServiceClient(ServiceClient):
+    """The client's connection, replaceable by a new one (new credentials) under it.
+
+    Every call of the Temporal client goes to the current connection, so the
+    pod, job and node watchers follow a reconnection without knowing; a worker
+    follows when its `client` is set again (Worker.client's setter).
+    """
+
+    def __init__(self, connection: ServiceClient) -> None:
+        super().__init__(connection.config)
+        self._connection = connection
+
+    def use(self, connection: ServiceClient) -> None:
+        self._connection = connection
+        self.config = connection.config
+
+    @property
+    def worker_service_client(self) -> _BridgeServiceClient:
+        return self._connection.worker_service_client
+
+    def update_rpc_metadata(self, metadata: Mapping[str, str | bytes]) -> None:
+        self._connection.update_rpc_metadata(metadata)
+
+    def update_api_key(self, api_key: str | None) -> None:
+        self._connection.update_api_key(api_key)
+
+    async def _rpc_call(
+        self,
+        rpc: str,
+        req: Message,
+        resp_type: type[ServiceResponse],
+        *,
+        service: str,
+        retry: bool,
+        metadata: Mapping[str, str | bytes],
+        timeout: timedelta | None,
+    ) -> ServiceResponse:
+        return await self._connection._rpc_call(
+            rpc, req, resp_type, service=service, retry=retry, metadata=metadata, timeout=timeout
+        )
+
+
+class CredentialReloader(ClientPlugin, WorkerPlugin):
+    """Reconnects to Temporal with the new files when the certificate, key, CA or API key rotate.
+
+    The Python SDK cannot change a connection's TLS in place, so the supported
+    way is a new connection on the same runtime, handed to the worker through
+    `Worker.client` (its pollers move over; calls under way finish on the old
+    one). The files are compared by content every
+    TEMPORAL_CREDENTIALS_RELOAD_INTERVAL seconds while a worker runs: a
+    Kubernetes Secret volume is updated by swapping a symlink, which a
+    modification time of the path does not always show. New files that do not
+    connect (a key that does not match its certificate, half of a rotation)
+    are logged and tried again at the next check; the connection in use stays.
+    """
+
+    def __init__(self, settings: TemporalSettings, credentials: TemporalCredentials) -> None:
+        self.settings = settings
+        self.in_use = credentials
+        self._service: _ReconnectingServiceClient | None = None
+        self._workers: set[Worker] = set()
+        self._watch: asyncio.Task[None] | None = None
+        self._refused: TemporalCredentials | None = None
+
+    def name(self) -> str:
+        return "slurm-bridge.CredentialReloader"
+
+    def configure_client(self, config: ClientConfig) -> ClientConfig:
+        return config
+
+    async def connect_service_client(
+        self, config: ConnectConfig, next: Callable[[ConnectConfig], Awaitable[ServiceClient]]
+    ) -> ServiceClient:
+        self._service = _ReconnectingServiceClient(await next(config))
+        return self._service
+
+    def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
+        return config
+
+    async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
+        self._workers.add(worker)
+        if self._watch is None:
+            self._watch = asyncio.create_task(self._watch_files(), name="Temporal credential reloader")
+        try:
+            await next(worker)
+        finally:
+            self._workers.discard(worker)
+            if not self._workers and self._watch is not None:
+                self._watch.cancel()
+                await asyncio.gather(self._watch, return_exceptions=True)
+                self._watch = None
+
+    def configure_replayer(self, config: ReplayerConfig) -> ReplayerConfig:
+        return config
+
+    def run_replayer(
+        self,
+        replayer: Replayer,
+        histories: AsyncIterator[WorkflowHistory],
+        next: Callable[
+            [Replayer, AsyncIterator[WorkflowHistory]],
+            AbstractAsyncContextManager[AsyncIterator[WorkflowReplayResult]],
+        ],
+    ) -> AbstractAsyncContextManager[AsyncIterator[WorkflowReplayResult]]:
+        return next(replayer, histories)
+
+    async def _watch_files(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.temporal_credentials_reload_interval)
+            try:
+                await self.reload()
+            except Exception:  # the watch must outlive any one bad check
+                log.exception("checking the Temporal credential files failed")
+
+    async def reload(self) -> bool:
+        """Reconnect if the files changed since the connection in use was made; True if it did."""
+        files = ", ".join(str(path) for path in credential_files(self.settings) if path is not None)
+        try:
+            fresh = TemporalCredentials.read(self.settings)
+        except OSError as error:
+            log.warning("cannot read the Temporal credentials (%s): %s; the connection stays", files, error)
+            return False
+        if fresh == self.in_use or self._service is None:
+            return False
+        config = replace(self._service.config, tls=fresh.tls, api_key=fresh.api_key)
+        try:
+            connection = await ServiceClient.connect(config)
+        except RuntimeError as error:
+            if fresh != self._refused:
+                log.warning(
+                    "the renewed Temporal credentials (%s) do not connect: %s; the connection in use "
+                    "stays and they are tried again every %g s",
+                    files,
+                    error,
+                    self.settings.temporal_credentials_reload_interval,
+                )
+            self._refused = fresh
+            return False
+        self._service.use(connection)
+        for worker in self._workers:
+            worker.client = worker.client  # the setter moves the worker to the new connection
+        self.in_use, self._refused = fresh, None
+        log.info("reconnected to Temporal with the renewed credentials (%s)", files)
+        return True
 
 
 async def ensure_search_attributes(client: Client, keys: Sequence[SearchAttributeKey[Any]] = sa.ALL) -> None:
@@ -94,6 +291,7 @@ class Bridge:
     slurm: SlurmClient
     settings: WorkerSettings
     node_sync_schedule_id: str = NODE_SYNC_SCHEDULE_ID
+    live_jobs: LiveJobs = field(init=False)
     pod_watcher: PodWatcher = field(init=False)
     job_watcher: JobWatcher = field(init=False)
     node_watcher: NodeWatcher = field(init=False)
@@ -106,12 +304,15 @@ class Bridge:
             KubeSettings(scheduler_name=s.scheduler_name, defaults=Defaults(s.partition, s.mcs_label)),
         )
         slurm_activities = SlurmActivities(self.slurm)
+        placement_activities = PlacementActivities(kube_activities, slurm_activities)
         node_activities = NodeActivities(self.kube, self.slurm, scheduler_name=s.scheduler_name)
         self.worker = Worker(
             self.temporal,
             task_queue=s.temporal_task_queue,
-            workflows=[PlacementWorkflow, NodeSyncWorkflow],
+            workflows=[PlacementWorkflow, PlacementWorkflowV1, NodeSyncWorkflow],
             activities=[
+                *placement_activities.all(),
+                # The v1 steps: placements started before the placement-v2 patch still run them.
                 kube_activities.add_finalizer,
                 kube_activities.remove_finalizer,
                 kube_activities.translate,
@@ -128,13 +329,25 @@ class Bridge:
                 node_activities.read_node_snapshot,
                 node_activities.apply_node_actions,
             ],
+            max_concurrent_activities=s.temporal_max_concurrent_activities,
+            max_concurrent_workflow_tasks=s.temporal_max_concurrent_workflow_tasks,
+            max_cached_workflows=s.temporal_max_cached_workflows,
         )
+        self.live_jobs = LiveJobs()
         self.pod_watcher = PodWatcher(
-            self.kube, self.temporal, task_queue=s.temporal_task_queue, scheduler_name=s.scheduler_name
+            self.kube,
+            self.temporal,
+            task_queue=s.temporal_task_queue,
+            scheduler_name=s.scheduler_name,
+            installation=s.installation_id,
+            jobs=self.live_jobs,
+            deletion_slack_seconds=s.deletion_slack,
         )
         self.job_watcher = JobWatcher(
             self.slurm,
             self.temporal,
+            self.live_jobs,
+            installation=s.installation_id,
             ready=self.pod_watcher.synced,
             interval=s.job_watch_interval,
         )

@@ -1,9 +1,10 @@
 """Node watcher: a relevant Kubernetes node change → node sync now, not at the next interval.
 
-List + watch of all nodes, resumed from the last resourceVersion and re-listed
-on 410. Only changes that can change the plan count (labels and annotations the
-bridge reads, `spec.unschedulable`, Ready, allocatable, InternalIP, our taint;
-not heartbeats). A burst of them (a cordon of a whole rack) becomes one
+List + watch of all nodes through an `Informer` (resumed from the last
+resourceVersion, re-listed on 410 and after failures). Only changes that can
+change the plan count (labels and annotations the bridge reads,
+`spec.unschedulable`, Ready, allocatable, InternalIP, our taint; not
+heartbeats). A burst of them (a cordon of a whole rack) becomes one
 trigger, `debounce` seconds after the first change.
 
 A trigger asks the Schedule for one run with overlap BUFFER_ONE: a run already
@@ -18,8 +19,9 @@ import logging
 from temporalio.client import Client, ScheduleOverlapPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.kube_client import Json, KubeClient, KubeError, WatchExpired, api_path
+from activities.kube_client import Json, KubeClient, api_path
 from bridge.node_facts import watch_signature
+from worker.informer import EventType, Informer, missing
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +34,10 @@ class NodeWatcher:
         self.temporal = temporal
         self.schedule_id = schedule_id
         self.debounce = debounce
-        self.synced = asyncio.Event()  # set once the first full list is seen
+        self.informer = Informer(
+            kube, api_path("nodes"), name="nodes", on_event=self._on_event, on_synced=self._on_synced
+        )
+        self.synced = self.informer.synced  # set once the first full list is seen
         self.triggers = 0  # runs asked for
         self.paused_skips = 0  # changes not synced because the schedule was paused
         self._signature: dict[str, str] = {}
@@ -42,49 +47,28 @@ class NodeWatcher:
     async def run(self) -> None:
         trigger = asyncio.create_task(self._trigger_loop(), name="node sync trigger")
         try:
-            await self._watch_loop()
+            await self.informer.run()
         finally:
             trigger.cancel()
             await asyncio.gather(trigger, return_exceptions=True)
 
-    async def _watch_loop(self) -> None:
-        path = api_path("nodes")
-        while True:
-            try:
-                version = await self._list(path)
-                while True:  # re-watch from the newest version until it expires
-                    version = await self._watch(path, version)
-            except WatchExpired:
-                log.info("node watch expired; re-listing")
-            except (KubeError, OSError, ValueError) as error:
-                log.warning("node watch failed, retrying in 2 s: %s", error)
-                await asyncio.sleep(2)
-
-    async def _list(self, path: str) -> str:
-        listed = await self.kube.request("GET", path)
-        current = {item["metadata"]["name"]: watch_signature(item) for item in listed.get("items") or []}
-        if current != self._signature or not self.synced.is_set():
-            # The first list always triggers: whatever changed while no worker ran.
-            self._signature = current
+    def _on_event(self, kind: EventType, node: Json) -> None:
+        name = node["metadata"]["name"]
+        signature = None if kind == "DELETED" else watch_signature(node)
+        if self._signature.get(name) != signature:
+            if signature is None:
+                self._signature.pop(name, None)
+            else:
+                self._signature[name] = signature
             self._changed.set()
-        self.synced.set()
-        return str(listed.get("metadata", {}).get("resourceVersion", ""))
 
-    async def _watch(self, path: str, version: str) -> str:
-        async for event in self.kube.watch(path, resource_version=version):
-            node: Json = event["object"]
-            version = node.get("metadata", {}).get("resourceVersion", version)
-            name = node.get("metadata", {}).get("name")
-            if not name or event["type"] not in ("ADDED", "MODIFIED", "DELETED"):
-                continue  # BOOKMARK: only the version moves on
-            signature = None if event["type"] == "DELETED" else watch_signature(node)
-            if self._signature.get(name) != signature:
-                if signature is None:
-                    self._signature.pop(name, None)
-                else:
-                    self._signature[name] = signature
-                self._changed.set()
-        return version
+    def _on_synced(self, names: frozenset[str]) -> None:
+        gone = missing(self._signature, names)
+        for name in gone:
+            del self._signature[name]
+        if gone or not self.synced.is_set():
+            # The first list always triggers: whatever changed while no worker ran.
+            self._changed.set()
 
     async def _trigger_loop(self) -> None:
         while True:

@@ -69,7 +69,7 @@ async def find_placements(client: Client, query: str, limit: int = 100) -> list[
                 run_id=execution.run_id,
                 status=execution.status.name if execution.status else "UNKNOWN",
                 pod=attributes.get(sa.PLACEMENT_GROUP) or "",
-                phase=attributes.get(sa.PLACEMENT_PHASE) or "",
+                phase=visible_phase(attributes.get(sa.PLACEMENT_PHASE) or "", execution.status),
                 job_id=attributes.get(sa.SLURM_JOB_ID),
                 nodes=list(attributes.get(sa.SLURM_NODES) or []),
                 started=execution.start_time.isoformat(timespec="seconds"),
@@ -78,13 +78,46 @@ async def find_placements(client: Client, query: str, limit: int = 100) -> list[
     return sorted(found, key=lambda p: p.started, reverse=True)
 
 
+# Placements of both workflow types: today's and the frozen v1 (still running old placements).
+PLACEMENT_TYPES = "('Placement', 'PlacementWorkflow')"
+# A placement upserts its phase only where an operator searches for it (each upsert is a
+# billable action): Pending at start and with a pending reason, Bound, Failed. The rest
+# follows from the execution status; v1 placements upserted every phase.
+_WAITING = "('Pending', 'Translating', 'Submitted', 'Running')"
+PHASE_QUERIES = {
+    "Pending": f"PlacementPhase IN {_WAITING} AND ExecutionStatus = 'Running'",
+    "Bound": "PlacementPhase = 'Bound' AND ExecutionStatus = 'Running'",
+    "Done": "(PlacementPhase = 'Done' OR ExecutionStatus = 'Completed')",
+    "Failed": "(PlacementPhase = 'Failed' OR ExecutionStatus IN ('Failed', 'Terminated', 'TimedOut'))",
+}
+
+
+def visible_phase(attribute: str, status: WorkflowExecutionStatus | None) -> str:
+    """The phase an operator should see, from the last upserted phase and the execution status."""
+    if status == WorkflowExecutionStatus.COMPLETED:
+        return "Done"
+    if status in (
+        WorkflowExecutionStatus.FAILED,
+        WorkflowExecutionStatus.TERMINATED,
+        WorkflowExecutionStatus.TIMED_OUT,
+    ):
+        return "Failed"
+    if status == WorkflowExecutionStatus.CANCELED:
+        return "Cancelled"
+    return attribute
+
+
 def placements_query(
     *, namespace: str | None = None, name: str | None = None, phase: str | None = None
 ) -> str:
-    clauses = [f"WorkflowType = '{PlacementWorkflow.__name__}'"]
-    for key, value in ((sa.POD_NAMESPACE, namespace), (sa.POD_NAME, name), (sa.PLACEMENT_PHASE, phase)):
+    clauses = [f"WorkflowType IN {PLACEMENT_TYPES}"]
+    for key, value in ((sa.POD_NAMESPACE, namespace), (sa.POD_NAME, name)):
         if value:
             clauses.append(f"{key.name} = '{value.replace(chr(39), '')}'")
+    if phase:
+        clauses.append(
+            PHASE_QUERIES.get(phase) or f"{sa.PLACEMENT_PHASE.name} = '{phase.replace(chr(39), '')}'"
+        )
     return " AND ".join(clauses)
 
 

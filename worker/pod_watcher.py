@@ -2,18 +2,31 @@
 
 List + watch of the pods that name our scheduler, resumed from the last
 resourceVersion and re-listed when the API server says it is too old (410).
-An unscheduled pod gets its group's placement workflow (signal-with-start, so
-starting twice, from two replicas or after a restart, only signals); every
-change of a pod the bridge is involved with is signalled to its workflow.
+
+- An unclaimed unscheduled pod starts its group's placement (or, when the
+  group's placement runs already, is signalled to it): the placement's first
+  pod travels in the start request, so starting costs no signal.
+- A pod claimed by a placement (annotation `slurm-bridge/placement`, written with
+  the finalizer) is only ever signalled to that placement; when it is closed the
+  pod is left alone (a failed placement waits for `slurm-bridge retry`).
+- Only changes a placement acts on are signalled: finished, being deleted, gone,
+  changed `slurmjob.slinky.slurm.net/*` annotations.
+- The job-id label of claimed pods feeds `LiveJobs`, the list of jobs the job
+  watcher asks Slurm about: what it follows comes from Kubernetes, so its cost
+  follows the bridge's jobs, not the cluster's.
 """
 
 import asyncio
-import json
 import logging
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
-from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
+from temporalio.common import (
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -21,44 +34,41 @@ from activities.kube_client import Json, KubeClient, KubeError, WatchExpired, ap
 from activities.kube_reader import KubeReader
 from bridge import grouping, keys
 from bridge import search_attributes as sa
-from bridge.models import PLACEMENT_ID_PREFIX, PlacementRequest, PodEvent, PodRef
+from bridge.models import (
+    PLACEMENT_ID_PREFIX,
+    PlacementRequest,
+    PodEvent,
+    PodRef,
+    installation_of,
+    workflow_id_of,
+)
+from bridge.pod_events import pod_event
 from worker.delivery import LatestPerKey
+from worker.job_registry import LiveJobs
 from workflows.placement import PlacementWorkflow
 
 log = logging.getLogger(__name__)
+DEFAULT_INSTALLATION = "slurm-bridge"
 
 
-def workflow_id(pod: PodRef) -> str:
-    """The placement id of a pod placed on its own."""
-    return f"{PLACEMENT_ID_PREFIX}{pod.namespace}/{pod.name}/{pod.uid}"
+def group_workflow_id(group: grouping.Group, installation: str = DEFAULT_INSTALLATION) -> str:
+    """`placement/<installation>/<group key>` (docs/architecture.md, "Placement ids")."""
+    return f"{PLACEMENT_ID_PREFIX}{installation}/{group.key}"
 
 
-def group_workflow_id(group: grouping.Group) -> str:
+def legacy_workflow_id(group: grouping.Group) -> str:
+    """The id bridges gave placements before installations and generations: `placement/<group key>`."""
     return PLACEMENT_ID_PREFIX + group.key
+
+
+def workflow_id(pod: PodRef, installation: str = DEFAULT_INSTALLATION) -> str:
+    """The workflow id of a pod placed on its own."""
+    return group_workflow_id(solo_group(pod), installation)
 
 
 def solo_group(pod: PodRef) -> grouping.Group:
     return grouping.Group(
         key=f"{pod.key}/{pod.uid}", kind="Pod", namespace=pod.namespace, name=pod.key, min_pods=1
-    )
-
-
-def pod_event(pod: Json, *, gone: bool = False) -> PodEvent:
-    meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
-    grace = meta.get("deletionGracePeriodSeconds") or spec.get("terminationGracePeriodSeconds") or 30
-    return PodEvent(
-        pod=PodRef(namespace=meta["namespace"], name=meta["name"], uid=meta["uid"]),
-        phase=status.get("phase") or "Pending",
-        node_name=spec.get("nodeName") or None,
-        deleting=bool(meta.get("deletionTimestamp")),
-        deletion_grace_seconds=int(grace),
-        gone=gone,
-        resource_version=meta.get("resourceVersion", ""),
-        created=meta.get("creationTimestamp", ""),
-        job_annotations=json.dumps(
-            {k: v for k, v in (meta.get("annotations") or {}).items() if k.startswith(keys.SLURMJOB_PREFIX)},
-            sort_keys=True,
-        ),
     )
 
 
@@ -73,17 +83,64 @@ def bridge_involved(pod: Json) -> bool:
     )
 
 
+def claim_of(pod: Json) -> str | None:
+    """The placement id that claimed the pod, if the annotation is well-formed and names its namespace."""
+    meta = pod["metadata"]
+    claim = (meta.get("annotations") or {}).get(keys.ANNOTATION_PLACEMENT)
+    if not isinstance(claim, str):
+        return None
+    try:
+        installation = installation_of(claim)
+    except ValueError:
+        return None
+    if installation is None:
+        return None
+    # placement/<installation>/<namespace>/...: a pod can only ever name its own namespace's placements.
+    namespace = claim[len(PLACEMENT_ID_PREFIX) + len(installation) + 1 :].split("/", 1)[0]
+    return claim if namespace == meta.get("namespace") else None
+
+
+def job_id_label(pod: Json) -> int | None:
+    value = ((pod.get("metadata") or {}).get("labels") or {}).get(keys.LABEL_SLURM_JOB_ID)
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+# What a delivery carries: the event, the pod as listed, and whether to start its placement.
+Delivery = tuple[PodEvent, Json | None, bool]
+
+
 class PodWatcher:
-    def __init__(self, kube: KubeClient, temporal: Client, *, task_queue: str, scheduler_name: str) -> None:
+    def __init__(
+        self,
+        kube: KubeClient,
+        temporal: Client,
+        *,
+        task_queue: str,
+        scheduler_name: str,
+        installation: str = DEFAULT_INSTALLATION,
+        jobs: LiveJobs | None = None,
+        deletion_slack_seconds: float = 60.0,
+    ) -> None:
         self.kube = kube
         self.temporal = temporal
         self.task_queue = task_queue
         self.scheduler_name = scheduler_name
+        self.installation = installation
+        self.jobs = jobs if jobs is not None else LiveJobs()
+        self.deletion_slack_seconds = deletion_slack_seconds
         self.synced = asyncio.Event()  # set once the first full list has been handled
+        self.starts = 0  # placements started (for the benchmark and metrics)
+        self.signals = 0  # pod_changed signals delivered
         self._workflow_of: dict[str, str] = {}  # pod uid → placement workflow id
         self._refs: dict[str, PodRef] = {}
         self._signature: dict[str, tuple[Any, ...]] = {}
-        self._delivery: LatestPerKey[tuple[PodEvent, Json | None, bool]] = LatestPerKey(self._deliver)
+        self._job_of: dict[str, int] = {}  # pod uid → the Slurm job its label names
+        self._finished: set[str] = set()  # uids of claimed pods that finished
+        self._started: set[str] = set()  # uids whose placement was started or joined
+        self._delivery: LatestPerKey[Delivery] = LatestPerKey(self._deliver)
 
     async def run(self) -> None:
         path = api_path("pods")
@@ -115,6 +172,7 @@ class PodWatcher:
         # Pods deleted while we were not watching: tell their workflows.
         for uid in [uid for uid in self._refs if uid not in seen]:
             self._observe_gone(self._refs[uid])
+        self.jobs.retain(self._job_of.values())
         self.synced.set()
         return str(listed.get("metadata", {}).get("resourceVersion", ""))
 
@@ -133,19 +191,51 @@ class PodWatcher:
         if gone:
             self._observe_gone(event.pod)
             return
-        start = wants_placement(event)
-        if not start and not bridge_involved(pod):
+        claim = claim_of(pod)
+        if claim is not None and installation_of(claim) != self.installation:
+            return  # another bridge installation's pod
+        legacy = claim is None and bridge_involved(pod)  # placed by a bridge before placement ids
+        start = claim is None and not legacy and wants_placement(event)
+        if not (start or claim or legacy):
             return  # bound by someone else, or finished before we ever saw it
-        self._refs[event.pod.uid] = event.pod
-        signature = (event.phase, event.node_name, event.deleting, start, event.job_annotations)
-        if self._signature.get(event.pod.uid) == signature:
-            return  # only a change the workflow cares about is worth a signal
-        self._signature[event.pod.uid] = signature
-        self._delivery.submit(event.pod.uid, (event, pod, start))
+        uid = event.pod.uid
+        self._refs[uid] = event.pod
+        if claim is not None:
+            self._workflow_of[uid] = workflow_id_of(claim)
+            self._follow_job(uid, pod, claim, finished=event.terminal)
+        # Only what a placement acts on is worth a signal (each is a billable action):
+        # not the claim, the job label, the binding or the move to Running.
+        signature = (event.terminal, event.deleting, event.job_annotations)
+        if start:
+            if uid in self._started:
+                return  # its placement has it (in the start request or by signal)
+            self._started.add(uid)
+        elif self._signature.get(uid) == signature:
+            return
+        self._signature[uid] = signature
+        self._delivery.submit(uid, (event, pod, start))
+
+    def _follow_job(self, uid: str, pod: Json, placement_id: str, *, finished: bool = False) -> None:
+        job_id = job_id_label(pod)
+        if job_id is None:
+            return
+        self._job_of[uid] = job_id
+        if finished:
+            self._finished.add(uid)
+        if all(other in self._finished for other, job in self._job_of.items() if job == job_id):
+            # Every pod of the job finished: the placement cancels it; nothing to watch for.
+            self.jobs.finished(job_id)
+        else:
+            self.jobs.track(job_id, placement_id)
 
     def _observe_gone(self, pod: PodRef) -> None:
         self._refs.pop(pod.uid, None)
         self._signature.pop(pod.uid, None)
+        self._started.discard(pod.uid)
+        self._finished.discard(pod.uid)
+        job_id = self._job_of.pop(pod.uid, None)
+        if job_id is not None and job_id not in self._job_of.values():
+            self.jobs.forget(job_id)
         if pod.uid in self._workflow_of:
             self._delivery.submit(pod.uid, (PodEvent(pod=pod, gone=True), None, False))
 
@@ -157,23 +247,32 @@ class PodWatcher:
             log.info("pod %s: %s", ref.key, error)
             return solo_group(ref)
 
-    async def _deliver(self, uid: str, item: tuple[PodEvent, Json | None, bool]) -> None:
+    async def _deliver(self, uid: str, item: Delivery) -> None:
         event, pod, start = item
         wid = self._workflow_of.get(uid)
         group = None
         if wid is None and pod is not None:
             group = await self._group_of(pod, event.pod)
-            wid = self._workflow_of[uid] = group_workflow_id(group)
+            if start:
+                wid = group_workflow_id(group, self.installation)
+            else:  # legacy: the old id, and its job (whose comment is that id) to follow
+                wid = legacy_workflow_id(group)
+                self._follow_job(uid, pod, wid)
+            self._workflow_of[uid] = wid
         if wid is None:
             return
         if event.gone:
             self._workflow_of.pop(uid, None)
-        if start:
-            group = group or await self._group_of(pod or {}, event.pod)
-            try:
-                await start_placement_workflow(self.temporal, event, group, self.task_queue)
-            except WorkflowAlreadyStartedError:
-                log.debug("placement %s already closed; not restarting it", wid)
+        if start and group is not None:
+            await start_placement_workflow(
+                self.temporal,
+                event,
+                group,
+                self.task_queue,
+                installation=self.installation,
+                deletion_slack_seconds=self.deletion_slack_seconds,
+            )
+            self.starts += 1
             return
         handle: WorkflowHandle[Any, Any] = self.temporal.get_workflow_handle(wid)
         try:
@@ -182,37 +281,67 @@ class PodWatcher:
             if error.status != RPCStatusCode.NOT_FOUND:
                 raise  # retried by the delivery queue
             # No running placement: it finished, or never existed. Nothing to do.
+            return
+        self.signals += 1
 
 
 async def start_placement_workflow(
-    temporal: Client, event: PodEvent, group: grouping.Group, task_queue: str, *, retry: bool = False
+    temporal: Client,
+    event: PodEvent,
+    group: grouping.Group,
+    task_queue: str,
+    *,
+    installation: str = DEFAULT_INSTALLATION,
+    deletion_slack_seconds: float = 60.0,
+    generation: str | None = None,
+    members: list[PodEvent] | None = None,
+    retry: bool = False,
 ) -> WorkflowHandle[Any, Any]:
     """Start the group's placement with this pod, or signal the pod to it if it runs already.
 
-    The watcher never restarts a closed placement (a failed one waits for
-    `slurm-bridge retry`, which passes retry=True).
+    The first pod travels in the request (no start signal: one action less). A
+    closed placement of the same group may be followed by a new one: its pods
+    are new (claimed pods are never started again), so it is the group's next
+    generation. `slurm-bridge retry` passes retry=True, the failed generation
+    and all its pods: the new run first looks for a job that generation left.
     """
     pod = event.pod
-    return await temporal.start_workflow(
-        PlacementWorkflow.run,
-        PlacementRequest(
-            group=group.name, namespace=pod.namespace, pods=[pod], kind=group.kind, min_pods=group.min_pods
-        ),
-        id=group_workflow_id(group),
-        task_queue=task_queue,
-        start_signal="pod_changed",
-        start_signal_args=[event],
-        id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE
-        if retry
-        else WorkflowIDReusePolicy.REJECT_DUPLICATE,
-        search_attributes=TypedSearchAttributes(
-            [
-                SearchAttributePair(sa.POD_NAMESPACE, pod.namespace),
-                SearchAttributePair(sa.POD_NAME, pod.name),
-                SearchAttributePair(sa.POD_UID, pod.uid),
-                SearchAttributePair(sa.PLACEMENT_GROUP, group.name),
-                SearchAttributePair(sa.PLACEMENT_PHASE, "Translating"),
-            ]
-        ),
-        static_summary=f"place {group.kind} {group.name} with Slurm" + (" (retry)" if retry else ""),
+    events = members or [event]
+    wid = group_workflow_id(group, installation)
+    request = PlacementRequest(
+        group=group.name,
+        namespace=pod.namespace,
+        pods=[e.pod for e in events],
+        kind=group.kind,
+        min_pods=group.min_pods,
+        installation=installation,
+        generation=generation or pod.uid,
+        recovery=retry,
+        deletion_slack_seconds=deletion_slack_seconds,
+        events=events,
     )
+    try:
+        return await temporal.start_workflow(
+            PlacementWorkflow.run,
+            request,
+            id=wid,
+            task_queue=task_queue,
+            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+            search_attributes=TypedSearchAttributes(
+                [
+                    SearchAttributePair(sa.POD_NAMESPACE, pod.namespace),
+                    SearchAttributePair(sa.POD_NAME, pod.name),
+                    SearchAttributePair(sa.POD_UID, pod.uid),
+                    SearchAttributePair(sa.PLACEMENT_GROUP, group.name),
+                    SearchAttributePair(sa.PLACEMENT_PHASE, "Pending"),
+                ]
+            ),
+            static_summary=f"place {group.kind} {group.name} with Slurm" + (" (retry)" if retry else ""),
+        )
+    except WorkflowAlreadyStartedError:
+        # The group's placement runs: this pod joins it (or is told it is too late).
+        handle: WorkflowHandle[Any, Any] = temporal.get_workflow_handle(wid)
+        for member in events:
+            await handle.signal(PlacementWorkflow.pod_changed, member)
+        return handle

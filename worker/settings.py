@@ -5,9 +5,9 @@ setting (see `load_settings`), never with a traceback.
 """
 
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
-from pydantic import AliasChoices, Field, ValidationError, field_validator
+from pydantic import AliasChoices, Field, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from bridge import keys
@@ -19,6 +19,14 @@ class ConfigurationError(Exception):
 
 def env(*names: str) -> AliasChoices:
     return AliasChoices(*names)
+
+
+def _read_secret(path: Path) -> bytes:
+    """A secret file's bytes; ValueError (a one-line setting error) when it cannot be read."""
+    try:
+        return path.read_bytes()
+    except OSError as error:
+        raise ValueError(f"cannot read {path}: {error.strerror}") from None
 
 
 class TemporalSettings(BaseSettings):
@@ -43,6 +51,29 @@ class TemporalSettings(BaseSettings):
         "http://localhost:8233", validation_alias=env("TEMPORAL_UI_URL", "temporal_ui_url")
     )
     kubeconfig: str | None = Field(None, validation_alias=env("KUBECONFIG", "kubeconfig"))
+    # mTLS (a self-hosted frontend with client certificates, or a Temporal Cloud
+    # namespace on certificates). Any of them turns TLS on. The files are read
+    # at start and watched while the worker runs: see worker/main.py.
+    temporal_tls_cert_file: Path | None = Field(
+        None, validation_alias=env("TEMPORAL_TLS_CERT_FILE", "temporal_tls_cert_file")
+    )
+    temporal_tls_key_file: Path | None = Field(
+        None,
+        validate_default=True,  # so "a certificate without its key" is caught
+        validation_alias=env("TEMPORAL_TLS_KEY_FILE", "temporal_tls_key_file"),
+    )
+    temporal_tls_ca_file: Path | None = Field(
+        None, validation_alias=env("TEMPORAL_TLS_CA_FILE", "temporal_tls_ca_file")
+    )
+    temporal_tls_server_name: str | None = Field(
+        None, validation_alias=env("TEMPORAL_TLS_SERVER_NAME", "temporal_tls_server_name")
+    )
+    temporal_credentials_reload_interval: float = Field(
+        30.0,
+        ge=1,
+        le=3600,
+        validation_alias=env("TEMPORAL_CREDENTIALS_RELOAD_INTERVAL", "temporal_credentials_reload_interval"),
+    )
 
     @field_validator("temporal_address")
     @classmethod
@@ -51,6 +82,42 @@ class TemporalSettings(BaseSettings):
         if not host or not port.isdigit():
             raise ValueError("must be host:port, for example localhost:7233")
         return value
+
+    @field_validator(
+        "temporal_api_key_file",
+        "temporal_tls_cert_file",
+        "temporal_tls_key_file",
+        "temporal_tls_ca_file",
+        "temporal_tls_server_name",
+        mode="before",
+    )
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        # The Helm chart renders every setting; an empty one means "not used".
+        return None if value == "" else value
+
+    @field_validator("temporal_api_key_file", "temporal_tls_cert_file", "temporal_tls_ca_file")
+    @classmethod
+    def _readable_secret(cls, value: Path | None) -> Path | None:
+        if value is not None:
+            _read_secret(value)
+        return value
+
+    @field_validator("temporal_tls_key_file")
+    @classmethod
+    def _key_with_certificate(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        if (value is None) != (info.data.get("temporal_tls_cert_file") is None):
+            raise ValueError("set both TEMPORAL_TLS_CERT_FILE and TEMPORAL_TLS_KEY_FILE, or neither")
+        if value is not None:
+            _read_secret(value)
+        return value
+
+    @property
+    def temporal_tls_enabled(self) -> bool:
+        """TLS on: asked for, or implied by a certificate, CA or server name."""
+        return self.temporal_tls or any(
+            (self.temporal_tls_cert_file, self.temporal_tls_ca_file, self.temporal_tls_server_name)
+        )
 
 
 class WorkerSettings(TemporalSettings):
@@ -66,13 +133,98 @@ class WorkerSettings(TemporalSettings):
     )
     partition: str = Field(keys.DEFAULT_PARTITION, validation_alias=env("SLURM_PARTITION", "partition"))
     mcs_label: str = Field(keys.DEFAULT_MCS_LABEL, validation_alias=env("MCS_LABEL", "mcs_label"))
+    # This installation's name in every placement id and Slurm job comment: two bridges
+    # sharing one Slurm (and one MCS label) never touch each other's jobs.
+    installation_id: str = Field(
+        "slurm-bridge",
+        pattern=r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$",
+        validation_alias=env("INSTALLATION_ID", "installation_id"),
+    )
+    # The job watcher's probe asks Slurm only about the bridge's own jobs (a few KiB),
+    # so it can look often: RUNNING → bound stays well under a second.
     job_watch_interval: float = Field(
-        1.0, gt=0, le=300, validation_alias=env("JOB_WATCH_INTERVAL", "job_watch_interval")
+        0.25, gt=0, le=300, validation_alias=env("JOB_WATCH_INTERVAL", "job_watch_interval")
+    )
+    # A bound pod being deleted whose kubelet never confirms (its node is gone) keeps its
+    # Slurm job this long past its grace period; then the job is released (docs/operations.md).
+    deletion_slack: float = Field(
+        60.0, ge=0, le=86400, validation_alias=env("DELETION_SLACK", "deletion_slack")
     )
     node_sync_interval: float = Field(
         30.0, ge=1, le=86400, validation_alias=env("NODE_SYNC_INTERVAL", "node_sync_interval")
     )
     metrics_port: int = Field(9464, ge=0, le=65535, validation_alias=env("METRICS_PORT", "metrics_port"))
+    # Temporal worker tuning, passed to temporalio.worker.Worker as is. The
+    # defaults are the SDK's; the cache (workflows kept in memory between
+    # tasks, sticky execution) stays bounded, 0 turns it off.
+    temporal_max_concurrent_activities: int = Field(
+        100,
+        ge=1,
+        le=10_000,
+        validation_alias=env("TEMPORAL_MAX_CONCURRENT_ACTIVITIES", "temporal_max_concurrent_activities"),
+    )
+    temporal_max_concurrent_workflow_tasks: int = Field(
+        100,
+        ge=2,  # the SDK needs two when the cache is on (a sticky and a normal poller)
+        le=10_000,
+        validation_alias=env(
+            "TEMPORAL_MAX_CONCURRENT_WORKFLOW_TASKS", "temporal_max_concurrent_workflow_tasks"
+        ),
+    )
+    temporal_max_cached_workflows: int = Field(
+        1000,
+        ge=0,
+        le=100_000,
+        validation_alias=env("TEMPORAL_MAX_CACHED_WORKFLOWS", "temporal_max_cached_workflows"),
+    )
+    # Leader election on a coordination.k8s.io/v1 Lease (worker/leader.py): the
+    # watchers run on one replica at a time. Timings as client-go's, in seconds.
+    leader_election: bool = Field(False, validation_alias=env("LEADER_ELECTION", "leader_election"))
+    lease_duration: float = Field(
+        15.0, ge=1, le=3600, validation_alias=env("LEASE_DURATION", "lease_duration")
+    )
+    renew_deadline: float = Field(
+        10.0, gt=0, le=3600, validation_alias=env("RENEW_DEADLINE", "renew_deadline")
+    )
+    retry_period: float = Field(2.0, gt=0, le=3600, validation_alias=env("RETRY_PERIOD", "retry_period"))
+    lease_name: str = Field(
+        "slurm-bridge",
+        pattern=r"^[a-z0-9]([-.a-z0-9]{0,251}[a-z0-9])?$",
+        validation_alias=env("LEASE_NAME", "lease_name"),
+    )
+    lease_namespace: str = Field(
+        "", validate_default=True, validation_alias=env("LEASE_NAMESPACE", "lease_namespace")
+    )
+    service_account_namespace_file: ClassVar[Path] = Path(
+        "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+    )
+
+    @field_validator("renew_deadline")
+    @classmethod
+    def _shorter_than_the_lease(cls, value: float, info: ValidationInfo) -> float:
+        lease = info.data.get("lease_duration")
+        if lease is not None and not value < lease:
+            raise ValueError(f"must be less than LEASE_DURATION ({lease:g})")
+        return value
+
+    @field_validator("retry_period")
+    @classmethod
+    def _retries_before_the_deadline(cls, value: float, info: ValidationInfo) -> float:
+        deadline = info.data.get("renew_deadline")
+        if deadline is not None and not 1.2 * value < deadline:
+            raise ValueError(f"1.2 x RETRY_PERIOD must be less than RENEW_DEADLINE ({deadline:g})")
+        return value
+
+    @field_validator("lease_namespace")
+    @classmethod
+    def _pod_namespace_by_default(cls, value: str) -> str:
+        if value:
+            return value
+        try:
+            # The namespace of the pod we run in, as mounted with its ServiceAccount token.
+            return cls.service_account_namespace_file.read_text().strip() or "default"
+        except OSError:
+            return "default"
 
     @field_validator("slurm_rest_url")
     @classmethod

@@ -1,65 +1,73 @@
 """PlacementWorkflow: one durable placement per pod group, start to finish.
 
 Reads top to bottom like the flow it implements:
-finalizer → translate → submit → label → wait for RUNNING → bind → wait for
-the end on either side → cancel the job or delete the pods → drop the finalizer.
 
-Waiting costs nothing: the pod watcher and the central Slurm job watcher signal
-changes, and the workflow sleeps on `wait_condition` in between. Signals are
-hints, never verdicts: before binding or deleting anything the workflow reads
-the job afresh, so a late or duplicated signal (several worker replicas each
-run watchers) can never bind to a stale allocation or kill a healthy pod.
+    prepare_and_submit ─► [wait: RUNNING] ─► bind ─► [wait: pods done | job ended] ─► release
+
+Three activities, two signals (the job runs, the pods finish), one search
+attribute upsert (bound) and one safety re-check timer: docs/performance.md
+spells out the budget. Waiting costs nothing: the pod watcher and the central
+job watcher signal changes, and the workflow sleeps on `wait_condition`.
+Signals are hints, never verdicts: `bind` reads the job afresh before binding,
+and an ended job is read again before its pods are removed.
+
+A placement lives as long as its pods (months, for an inference server): its
+re-check backs off, and it continues-as-new with its state before its history
+grows large, keeping its workflow id and placement id. Placements started
+before this workflow type existed run the frozen PlacementWorkflowV1 (placement_v1.py).
 """
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy, SearchAttributeUpdate
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.kube import BOUND_ELSEWHERE, INVALID_POD, NODE_NOT_FOUND, POD_GONE, KubeActivities
-    from activities.slurm import SLURM_REJECTED, SlurmActivities, is_live
+    from activities.placement import PlacementActivities
+    from activities.slurm import is_live
     from bridge import keys
     from bridge import search_attributes as sa
-    from bridge.models import JobEvent, Phase, PhaseChange, PlacementRequest, PlacementState, PodEvent, PodRef
+    from bridge.models import (
+        BindInput,
+        BindResult,
+        JobEvent,
+        Phase,
+        PhaseChange,
+        PlacementCarry,
+        PlacementRequest,
+        PlacementState,
+        PodEvent,
+        PodRef,
+        PrepareInput,
+        ReleaseInput,
+    )
+    from workflows.members import GroupMembers, PlacementFailed
 
-KUBE_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    maximum_interval=timedelta(seconds=30),
-    non_retryable_error_types=[INVALID_POD, NODE_NOT_FOUND, BOUND_ELSEWHERE, POD_GONE],
-)
-SLURM_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    maximum_interval=timedelta(seconds=60),
-    non_retryable_error_types=[SLURM_REJECTED],
-)
-ACTIVITY_TIMEOUT = timedelta(seconds=60)
-# A safety net only: if every signal about a job were lost, the workflow still
-# looks at Slurm itself this often (one timer and one activity per interval).
+# Type `Placement`: the lean rewrite is a new workflow type, not a patch of `PlacementWorkflow`
+# (workflows/placement_v1.py), so new placements pay no patch marker upsert (docs/architecture.md).
+WORKFLOW_TYPE = "Placement"
 DEFAULT_RECHECK = timedelta(minutes=10)
-# A bound pod being deleted keeps its job until the kubelet reports it stopped;
-# if no kubelet ever does (node gone), give up waiting after grace + this.
-DELETION_SLACK = timedelta(seconds=60)
+RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
+ATTEMPT_TIMEOUT = timedelta(seconds=60)
+# How long one step may keep failing before the user is told; then it is tried again.
+STEP_BOUND = timedelta(minutes=5)
+STUCK_PAUSE = timedelta(minutes=1)
+# The safety re-check backs off while nothing changes: a bound pod costs a few actions a day.
+MAX_RECHECK = timedelta(hours=6)
+# Continue-as-new well before Temporal's limits (51,200 events), whatever the lifetime.
+HISTORY_EVENTS_LIMIT = 2_000
 
 
-class PlacementFailed(Exception):
-    """A placement that cannot succeed as requested; the message is for the user."""
-
-    def __init__(self, message: str, reason: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-
-
-@workflow.defn
-class PlacementWorkflow:
+@workflow.defn(name=WORKFLOW_TYPE)
+class PlacementWorkflow(GroupMembers):
     @workflow.init
     def __init__(self, request: PlacementRequest) -> None:
-        # State lives here, not in run(): signals delivered with the start
-        # (signal-with-start) are applied before run() begins.
+        # State lives here, not in run(): signals delivered with the start are applied before run().
         self.request = request
         self.state = PlacementState(group=request.group, pods=[p.key for p in request.pods])
         # The group's pods: those of the request, plus members that join by signal until submission.
@@ -70,27 +78,25 @@ class PlacementWorkflow:
         self.jobs: dict[int, JobEvent] = {}
         self.recheck = DEFAULT_RECHECK
         self._changes = 0
+        # v2 only.
+        self.newcomers: dict[str, PodRef] = {}  # pods that joined after submission: the next generation
+        self._told_newcomers: set[str] = set()
+        self.slurm_nodes: list[str] = []
+        self._recheck_interval = DEFAULT_RECHECK
+        self._recheck_task: asyncio.Task[None] | None = None
+        self._recheck_due = False
+        self._deadline_task: asyncio.Task[None] | None = None
+        self._deleting_since: datetime | None = None
+        for event in request.events:
+            self._apply_pod(event)
+        if request.carry is not None:
+            self._restore(request.carry)
 
     # -- messages ------------------------------------------------------------
 
     @workflow.signal
     def pod_changed(self, event: PodEvent) -> None:
-        previous = self.pods.get(event.pod.uid)
-        if previous is not None:
-            # Terminal facts are sticky: a stale snapshot from a slower watcher
-            # replica must not resurrect a pod that already finished.
-            event = event.model_copy(
-                update={
-                    "gone": event.gone or previous.gone,
-                    "deleting": event.deleting or previous.deleting,
-                    "phase": previous.phase if previous.terminal and not event.terminal else event.phase,
-                    "node_name": event.node_name or previous.node_name,
-                }
-            )
-        self.pods[event.pod.uid] = event
-        if not self.submitted and not event.terminal and not event.deleting:
-            self.members.setdefault(event.pod.uid, event.pod)
-            self.state.pods = [p.key for p in self.members.values()]
+        self._apply_pod(event)
         self._changes += 1
 
     @workflow.signal
@@ -101,19 +107,38 @@ class PlacementWorkflow:
     @workflow.signal
     def set_recheck_interval(self, seconds: float) -> None:
         """Operators (and tests) may shorten the safety re-check."""
-        self.recheck = timedelta(seconds=max(seconds, 1.0))
+        self.recheck = self._recheck_interval = timedelta(seconds=max(seconds, 1.0))
+        if self._recheck_task is not None:
+            self._recheck_task.cancel()  # the next wait starts a timer with the new interval
+            self._recheck_task = None
         self._changes += 1
 
     @workflow.query
     def current_state(self) -> PlacementState:
         return self.state
 
+    def _apply_pod(self, event: PodEvent) -> None:
+        if event.pod.namespace != self.request.namespace:
+            return  # a placement only ever takes pods of its own namespace
+        event = self._merge(event)
+        alive = not event.terminal and not event.deleting
+        if not self.submitted and alive:
+            self.members.setdefault(event.pod.uid, event.pod)
+            self.state.pods = [p.key for p in self.members.values()]
+        elif self.submitted and event.pod.uid not in self.members:
+            if alive:
+                self.newcomers[event.pod.uid] = event.pod
+            else:
+                self.newcomers.pop(event.pod.uid, None)
+
     # -- the placement -------------------------------------------------------
 
     @workflow.run
     async def run(self, request: PlacementRequest) -> PlacementState:
         try:
-            await self._place()
+            if request.carry is None and not await self._prepare():
+                return self.state
+            await self._follow()
         except PlacementFailed as failure:
             await self._fail(str(failure), failure.reason)
         except ActivityError as error:
@@ -122,286 +147,439 @@ class PlacementWorkflow:
                 await self._fail(cause.message, cause.type or "PlacementFailed")
             raise
         except asyncio.CancelledError:
-            # An operator cancelled the placement: release Slurm and the pod, then stop.
-            # Activities may still run after the cancellation was delivered.
-            await self._release("placement cancelled by an operator")
+            # An operator cancelled the placement: release Slurm and the pods, then stop.
+            await self._give_back(
+                "PlacementCancelled", "placement cancelled by an operator", cancel_job=True, warning=True
+            )
+            self._set_phase("Failed", "placement cancelled by an operator")
             raise
+        await self._next_generation()
         return self.state
 
-    async def _place(self) -> None:
+    def placement_id(self) -> str:
+        generation = self.request.generation or self.request.pods[0].uid
+        return f"{workflow.info().workflow_id}@{generation}"
+
+    async def _prepare(self) -> bool:
+        """Collect the group, submit its job; False when there is nothing to place."""
         if len(self.members) < self.request.min_pods:
-            self._phase("Translating", f"waiting for {self.request.min_pods} pods of {self.request.group}")
+            self._set_phase(
+                "Translating", f"waiting for {self.request.min_pods} pods of {self.request.group}"
+            )
             # Also stop waiting when every pod that joined is gone again.
             await workflow.wait_condition(
                 lambda: len(self._live_members()) >= self.request.min_pods or not self._live_members()
             )
         self.members = {p.uid: p for p in self._live_members()}
         if not self.members:
-            self._phase("Done", "every pod of the group was deleted before the group was complete")
-            return
-        pods = self._pods()
-        present = await self._kube(KubeActivities.add_finalizer, pods, summary="add finalizer")
-        if len(present) < len(pods) or self._pods_finished():
-            await self._kube(KubeActivities.remove_finalizer, pods, summary="remove finalizer")
-            self._phase("Done", "pods gone or finished before placement")
-            return
-
-        request = self.request.model_copy(update={"pods": pods})
-        self.translated_annotations = self._current_annotations()
-        job = await self._kube(KubeActivities.translate, request, summary="translate pods to a Slurm job")
-        # From here on the group is fixed, in the job's order (the order pods pair with nodes).
+            self._set_phase("Done", "every pod of the group was deleted before the group was complete")
+            return False
+        info = workflow.info()
+        # Not the first run of this placement (a reset, or a new generation): a job may exist already.
+        recovery = self.request.recovery or info.run_id != info.first_execution_run_id
+        prepared = await self._step(
+            PlacementActivities.prepare_and_submit,
+            PrepareInput(
+                request=self.request.model_copy(update={"pods": self._pods(), "events": [], "carry": None}),
+                placement_id=self.placement_id(),
+                since=int(info.start_time.timestamp()),
+                recovery=recovery,
+            ),
+            summary=f"claim pods, translate, submit to Slurm ({len(self.members)} pods)",
+        )
+        if not prepared.submitted:
+            self._set_phase("Done", f"nothing to place: {prepared.detail}")
+            return False
         self.submitted = True
-        by_key = {p.key: p for p in pods}
-        self.members = {by_key[key].uid: by_key[key] for key in job.pod_keys if key in by_key}
-        pods = self._pods()
-        self.state.pods = [p.key for p in pods]
-        since = int(workflow.info().start_time.timestamp())
-        submitted = await workflow.execute_activity_method(
-            SlurmActivities.submit_job,
-            args=[job, workflow.info().workflow_id, since],
-            start_to_close_timeout=ACTIVITY_TIMEOUT,
-            retry_policy=SLURM_RETRY,
-            summary=f"submit external job to partition {job.partition}",
-        )
-        self.state.job_id = job_id = submitted.job_id
-        self._phase(
-            "Submitted", f"Slurm job {job_id} in partition {job.partition}", sa.SLURM_JOB_ID.value_set(job_id)
-        )
-        await self._kube(KubeActivities.label_job_id, pods, job_id, summary=f"label pods with job {job_id}")
-        await self._event("SlurmJobSubmitted", f"Slurm job {job_id} submitted to partition {job.partition}")
+        self.members = {p.uid: p for p in prepared.pods}
+        self.state.pods = [p.key for p in prepared.pods]
+        self.state.job_id = prepared.job_id
+        self.translated_annotations = dict(prepared.annotations)
+        if prepared.job is not None:
+            self._note_job(prepared.job)
+        verb = "submitted" if prepared.created else "adopted"
+        self._set_phase("Submitted", f"Slurm job {prepared.job_id} {verb} in partition {prepared.partition}")
+        return True
 
-        running = await self._wait_for_allocation(job_id)
-        if running is None:
-            await self._cleanup_after_pods(job_id)
+    async def _follow(self) -> None:
+        """From a submitted job to the end: bind when it runs, release when either side ends."""
+        job_id = self._job_id()
+        if self.state.phase != "Bound" and await self._wait_and_bind(job_id) is None:
+            await self._pods_done(job_id)
             return
-        self._phase("Running", f"Slurm job {job_id} running on {', '.join(running.nodes)}")
-        self.state.nodes = running.nodes
-        if len(running.nodes) < len(pods):
-            raise PlacementFailed(
-                f"Slurm job {job_id} was allocated {len(running.nodes)} nodes for {len(pods)} pods",
-                "AllocationTooSmall",
-            )
-        nodes = await self._kube(
-            KubeActivities.resolve_nodes, running.nodes[: len(pods)], summary="map Slurm nodes"
-        )
-        await self._kube(KubeActivities.bind_pods, pods, nodes, summary=f"bind to {', '.join(nodes)}")
-        self._phase("Bound", f"bound to {', '.join(nodes)}", sa.SLURM_NODES.value_set(nodes))
-        self._record_bind_latency()
-        await self._event(
-            "Bound", f"Slurm job {job_id} allocated {', '.join(running.nodes)}; bound to {', '.join(nodes)}"
-        )
-
         ended = await self._wait_for_end(job_id)
         if ended is None:
-            await self._cleanup_after_pods(job_id)
+            await self._pods_done(job_id)
         else:
-            await self._cleanup_after_job(ended)
+            await self._job_done(ended)
 
-    # -- waiting -------------------------------------------------------------
+    # -- waiting for the allocation --------------------------------------------
 
-    async def _wait_for_allocation(self, job_id: int) -> JobEvent | None:
-        """The confirmed RUNNING job, or None when the pods finished first."""
-        self._phase("Pending", f"waiting for Slurm to start job {job_id}")
-        reported = ""
+    async def _wait_and_bind(self, job_id: int) -> BindResult | None:
+        """The binding, or None when the pods finished first."""
+        if self.state.phase not in ("Pending",):
+            self._set_phase("Pending", f"waiting for Slurm to start job {job_id}")
         while True:
-            # Sampled before acting: changes that arrive while activities run are not lost.
-            seen = self._changes
+            seen = self._changes  # sampled before acting: changes during activities are not lost
             if self._pods_finished():
                 return None
-            hint = self.jobs.get(job_id)
-            if hint is not None and (hint.running or not is_live(hint)):
-                current = await self._read_job(job_id)
-                if current.running:
-                    return current
-                if not is_live(current):
-                    raise PlacementFailed(
-                        f"Slurm job {job_id} ended before it started ({current.summary}); "
-                        "the pod was not placed",
-                        "SlurmJobEnded",
-                    )
-                hint = current
-            if self._annotations_changed():
-                await self._update_pending_job(job_id)
-            if hint is not None and hint.pending and hint.reason and hint.reason != reported:
-                reported = hint.reason
-                self.state.pending_reason = hint.reason
-                self.state.job_state = hint.summary
-                await self._kube(
-                    KubeActivities.set_unschedulable,
-                    self._pods(),
-                    hint.reason,
-                    f"Slurm job {job_id} is pending: {hint.reason}",
-                    summary=f"pending: {hint.reason}",
+            job = await self._current_job(job_id, confirm_end=False)
+            if job is not None and job.running:
+                result: BindResult = await self._step(
+                    PlacementActivities.bind,
+                    BindInput(pods=self._pods(), job_id=job_id),
+                    summary=f"bind to the nodes of Slurm job {job_id}",
                 )
-                await self._event("SlurmJobPending", f"Slurm job {job_id} is pending: {hint.reason}")
-            workflow.set_current_details(f"Slurm job {job_id}: {hint.summary if hint else 'submitted'}")
-            await self._wait_for_change(job_id, seen)
+                self._note_job(result.job)
+                if result.nodes:
+                    self._bound(result)
+                    return result
+                if result.job.running:
+                    raise PlacementFailed(
+                        f"Slurm job {job_id} was allocated {len(result.job.nodes)} nodes "
+                        f"for {len(self._pods())} pods",
+                        "AllocationTooSmall",
+                    )
+                job = result.job
+            if job is not None and not is_live(job):
+                raise PlacementFailed(
+                    f"Slurm job {job_id} ended before it started ({job.summary}); the pod was not placed",
+                    "SlurmJobEnded",
+                )
+            await self._follow_annotations(job_id, pending=True)
+            await self._tell_newcomers(job_id)
+            if job is not None and job.pending and job.reason not in ("", "None", self.state.pending_reason):
+                self.state.pending_reason = job.reason
+                await self._step(
+                    PlacementActivities.report_pending,
+                    self._pods(),
+                    job_id,
+                    job.reason,
+                    summary=f"pending: {job.reason}",
+                )
+                # Waiting with a reason is worth finding: job id and phase become searchable.
+                workflow.upsert_search_attributes(
+                    [sa.PLACEMENT_PHASE.value_set("Pending"), sa.SLURM_JOB_ID.value_set(job_id)]
+                )
+            workflow.set_current_details(f"Slurm job {job_id}: {job.summary if job else 'submitted'}")
+            await self._continue_as_new_if_long()
+            await self._wait(seen)
+
+    def _bound(self, result: BindResult) -> None:
+        self.slurm_nodes = result.slurm_nodes
+        self.state.nodes = result.nodes
+        self.state.pending_reason = ""
+        self._set_phase("Bound", f"Slurm job {result.job.job_id} on {', '.join(result.slurm_nodes)}")
+        # The one upsert of a placement: what an operator searches for once pods run.
+        workflow.upsert_search_attributes(
+            [
+                sa.PLACEMENT_PHASE.value_set("Bound"),
+                sa.SLURM_JOB_ID.value_set(result.job.job_id),
+                sa.SLURM_NODES.value_set(result.slurm_nodes),
+            ]
+        )
+        self._record_bind_latency()
+        self._recheck_interval = self.recheck  # a new phase: start the back-off again
+
+    # -- waiting for the end ---------------------------------------------------
 
     async def _wait_for_end(self, job_id: int) -> JobEvent | None:
-        """The confirmed ended job, or None when the pods finished first."""
+        """The confirmed ended job, or None when the pods finished (or were given up on) first."""
         while True:
-            # Sampled before acting: changes that arrive while activities run are not lost.
             seen = self._changes
             if self._pods_finished():
                 return None
-            hint = self.jobs.get(job_id)
-            if hint is not None and not hint.running:
-                current = await self._read_job(job_id)
-                if not current.running:
-                    return current
-            if self._annotations_changed():
-                self.translated_annotations = self._current_annotations()
-                await self._event(
-                    "SlurmJobAlreadyAllocated",
-                    f"Slurm job {job_id} is already running: changed {keys.SLURMJOB_PREFIX}* annotations "
-                    "only apply to a job that is still pending",
-                    warning=True,
+            job = await self._current_job(job_id, confirm_end=True)
+            if job is not None and not job.running:
+                return job
+            if self._stuck_terminating():
+                await self._step(
+                    PlacementActivities.tell_pods,
+                    self._pods(),
+                    "SlurmJobReleased",
+                    "the pod did not stop within its grace period plus "
+                    f"{self.request.deletion_slack_seconds:.0f} s "
+                    f"(its node may be gone); Slurm job {job_id} is released, although a process may still "
+                    "run on the node",
+                    True,
+                    summary="give up on a pod stuck terminating",
                 )
+                return None
+            await self._follow_annotations(job_id, pending=False)
+            await self._tell_newcomers(job_id)
             workflow.set_current_details(f"Slurm job {job_id} running; pods bound")
-            await self._wait_for_change(job_id, seen, self._deletion_deadline())
+            await self._continue_as_new_if_long()
+            await self._wait(seen, self._deletion_deadline())
 
-    def _current_annotations(self) -> dict[str, str]:
-        return {uid: event.job_annotations for uid, event in self.pods.items() if uid in self.members}
+    async def _current_job(self, job_id: int, *, confirm_end: bool) -> JobEvent | None:
+        """The latest word on the job: a due re-check asks Slurm, and so does a hint that it ended."""
+        job = self.jobs.get(job_id)
+        ended_hint = job is not None and (not job.running if confirm_end else not is_live(job))
+        if self._recheck_due or ended_hint:
+            was = job
+            job = await self._step(PlacementActivities.check_job, job_id, summary=f"read Slurm job {job_id}")
+            self._note_job(job)
+            if self._recheck_due:
+                self._recheck_due = False
+                if was == job:  # nothing new: look less often
+                    self._recheck_interval = min(self._recheck_interval * 2, MAX_RECHECK)
+        return job
 
-    def _annotations_changed(self) -> bool:
-        return any(
-            self.translated_annotations.get(uid, annotations) != annotations
-            for uid, annotations in self._current_annotations().items()
-        )
-
-    async def _update_pending_job(self, job_id: int) -> None:
-        """The user changed the job's annotations while Slurm still waits: update the job."""
-        self.translated_annotations = self._current_annotations()
-        request = self.request.model_copy(update={"pods": self._pods()})
-        try:
-            job = await self._kube(KubeActivities.translate, request, summary="translate changed annotations")
-            await self._slurm(SlurmActivities.update_job, job_id, job, summary=f"update job {job_id}")
-        except ActivityError as error:
-            cause = error.cause
-            if not (isinstance(cause, ApplicationError) and cause.non_retryable):
-                raise
-            await self._event(
-                "SlurmJobUpdateFailed", f"Slurm job {job_id} kept as it was: {cause.message}", True
-            )
-            return
-        await self._event("SlurmJobUpdated", f"Slurm job {job_id} updated from the changed annotations")
-
-    async def _wait_for_change(self, job_id: int, seen: int, deadline: timedelta | None = None) -> None:
-        timeout = min(self.recheck, deadline) if deadline is not None else self.recheck
-        try:
-            await workflow.wait_condition(
-                lambda: self._changes != seen, timeout=timeout, timeout_summary="safety re-check"
-            )
-        except TimeoutError:
-            self.jobs[job_id] = await self._read_job(job_id)
-            self._changes += 1
+    def _stuck_terminating(self) -> bool:
+        deadline = self._deletion_deadline()
+        return deadline is not None and deadline <= timedelta(0)
 
     def _deletion_deadline(self) -> timedelta | None:
-        graces = [e.deletion_grace_seconds for e in self.pods.values() if e.deleting and not e.terminal]
-        if not graces:
-            return None
-        return timedelta(seconds=max(graces)) + DELETION_SLACK
-
-    def _pods(self) -> list[PodRef]:
-        return list(self.members.values())
-
-    def _live_members(self) -> list[PodRef]:
-        return [
-            ref
-            for uid, ref in self.members.items()
-            if not ((event := self.pods.get(uid)) and (event.terminal or event.deleting))
+        """Time left before a bound pod being deleted is given up on; None when none is."""
+        graces = [
+            e.deletion_grace_seconds
+            for uid, e in self.pods.items()
+            if uid in self.members and e.deleting and not e.terminal
         ]
+        if not graces:
+            self._deleting_since = None
+            return None
+        if self._deleting_since is None:
+            self._deleting_since = workflow.now()
+        allowed = timedelta(seconds=max(graces) + self.request.deletion_slack_seconds)
+        return allowed - (workflow.now() - self._deleting_since)
 
-    def _pods_finished(self) -> bool:
-        """All pods terminal (or gone), or deleted before they ever ran."""
-        events = [self.pods.get(p.uid) for p in self._pods()]
-        if not all(events):
-            return False
-        return all(e is not None and (e.terminal or (e.deleting and not e.node_name)) for e in events)
+    # -- annotations and newcomers ---------------------------------------------
 
-    # -- ending --------------------------------------------------------------
-
-    async def _cleanup_after_pods(self, job_id: int) -> None:
-        self._phase("Cleaning", f"pods finished; cancelling Slurm job {job_id}")
-        await self._slurm(SlurmActivities.cancel_job, job_id, summary=f"cancel job {job_id}")
-        await self._kube(KubeActivities.remove_finalizer, self._pods(), summary="remove finalizer")
-        self._phase("Done", f"pods finished; Slurm job {job_id} cancelled")
-
-    async def _cleanup_after_job(self, job: JobEvent) -> None:
-        self._phase("Cleaning", f"Slurm job {job.job_id} ended ({job.summary}); deleting pods")
-        self.state.job_state = job.summary
-        await self._kube(
-            KubeActivities.delete_pods,
+    async def _follow_annotations(self, job_id: int, *, pending: bool) -> None:
+        if not self._annotations_changed():
+            return
+        if pending:
+            request = self.request.model_copy(update={"pods": self._pods(), "events": [], "carry": None})
+            annotations = await self._step(
+                PlacementActivities.update_pending_job,
+                request,
+                job_id,
+                summary=f"update pending job {job_id}",
+            )
+            self.translated_annotations.update(annotations)
+            # What the pods say now counts as handled, even where the read raced a newer change.
+            self.translated_annotations.update(self._current_annotations())
+            return
+        self.translated_annotations = self._current_annotations()
+        await self._step(
+            PlacementActivities.tell_pods,
             self._pods(),
+            "SlurmJobAlreadyAllocated",
+            f"Slurm job {job_id} is already running: changed {keys.SLURMJOB_PREFIX}* annotations "
+            "only apply to a job that is still pending",
+            True,
+            summary="annotations changed after allocation",
+        )
+
+    async def _tell_newcomers(self, job_id: int) -> None:
+        untold = [ref for uid, ref in self.newcomers.items() if uid not in self._told_newcomers]
+        if not untold:
+            return
+        self._told_newcomers.update(ref.uid for ref in untold)
+        await self._step(
+            PlacementActivities.tell_pods,
+            untold,
+            "WaitingForNextGeneration",
+            f"the group's Slurm job {job_id} was submitted before this pod joined; it will be placed "
+            "with the group's next job when this one ends",
+            False,
+            summary=f"tell {len(untold)} late pods",
+        )
+
+    async def _next_generation(self) -> None:
+        """Pods that joined too late are the next generation: same workflow id, a new placement id."""
+        late = [
+            ref
+            for uid, ref in self.newcomers.items()
+            if not ((e := self.pods.get(uid)) and (e.terminal or e.deleting))
+        ]
+        if not late:
+            return
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        workflow.continue_as_new(
+            self.request.model_copy(
+                update={
+                    "pods": late,
+                    "generation": late[0].uid,
+                    "events": [self.pods[ref.uid] for ref in late if ref.uid in self.pods],
+                    "carry": None,
+                    "recovery": True,
+                }
+            )
+        )
+
+    # -- long lives ----------------------------------------------------------------
+
+    async def _continue_as_new_if_long(self) -> None:
+        info = workflow.info()
+        if not (
+            info.is_continue_as_new_suggested() or info.get_current_history_length() > HISTORY_EVENTS_LIMIT
+        ):
+            return
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        carry = PlacementCarry(
+            state=self.state,
+            members=self._pods(),
+            pods=list(self.pods.values()),
+            job=self.jobs.get(self._job_id()),
+            translated_annotations=self.translated_annotations,
+            recheck_seconds=self._recheck_interval.total_seconds(),
+            slurm_nodes=self.slurm_nodes,
+            newcomers=list(self.newcomers.values()),
+        )
+        # Same workflow id, same generation: the job's comment still names this placement.
+        workflow.continue_as_new(
+            self.request.model_copy(
+                update={"carry": carry, "events": [], "generation": self.placement_id().rsplit("@", 1)[1]}
+            )
+        )
+
+    def _restore(self, carry: PlacementCarry) -> None:
+        self.state = carry.state
+        self.members = {p.uid: p for p in carry.members}
+        self.submitted = True
+        self.pods = {e.pod.uid: e for e in carry.pods}
+        if carry.job is not None:
+            self.jobs[carry.job.job_id] = carry.job
+        self.translated_annotations = dict(carry.translated_annotations)
+        self._recheck_interval = timedelta(seconds=carry.recheck_seconds)
+        self.slurm_nodes = list(carry.slurm_nodes)
+        self.newcomers = {p.uid: p for p in carry.newcomers}
+        self._told_newcomers = set(self.newcomers)
+
+    # -- waiting -------------------------------------------------------------------
+
+    async def _wait(self, seen: int, deadline: timedelta | None = None) -> None:
+        """Sleep until a message arrives, the re-check is due or the deadline passes: no timer per wake-up."""
+        if self._recheck_task is None or self._recheck_task.done():
+            self._recheck_task = asyncio.create_task(self._recheck_after(self._recheck_interval))
+        if deadline is not None and (self._deadline_task is None or self._deadline_task.done()):
+            self._deadline_task = asyncio.create_task(self._wake_after(deadline, "deletion deadline"))
+        await workflow.wait_condition(lambda: self._changes != seen)
+
+    async def _recheck_after(self, interval: timedelta) -> None:
+        await workflow.sleep(interval, summary="safety re-check")
+        self._recheck_due = True
+        self._changes += 1
+
+    async def _wake_after(self, delay: timedelta, summary: str) -> None:
+        await workflow.sleep(max(delay, timedelta(seconds=1)), summary=summary)
+        self._changes += 1
+
+    # -- ending ----------------------------------------------------------------------
+
+    async def _pods_done(self, job_id: int) -> None:
+        self._set_phase("Cleaning", f"pods finished; cancelling Slurm job {job_id}")
+        await self._give_back(
+            "SlurmJobCancelled", f"the pods finished; Slurm job {job_id} cancelled", cancel_job=True
+        )
+        self.state.job_state = "CANCELLED (pods finished)"
+        self._set_phase("Done", f"pods finished; Slurm job {job_id} cancelled")
+
+    async def _job_done(self, job: JobEvent) -> None:
+        self._set_phase("Cleaning", f"Slurm job {job.job_id} ended ({job.summary}); removing pods")
+        self.state.job_state = job.summary
+        await self._give_back(
             "SlurmJobEnded",
             f"Slurm job {job.job_id} is no longer running ({job.summary}); deleting the pod",
-            summary="delete pods",
+            remove_pods=True,
+            warning=True,
         )
-        await self._kube(KubeActivities.remove_finalizer, self._pods(), summary="remove finalizer")
-        self._phase("Done", f"Slurm job {job.job_id} ended ({job.summary}); pods deleted")
-
-    async def _release(self, why: str) -> None:
-        if self.state.job_id is not None:
-            await self._slurm(SlurmActivities.cancel_job, self.state.job_id, summary="cancel job")
-        await self._kube(KubeActivities.remove_finalizer, self._pods(), summary="remove finalizer")
-        self._phase("Failed", why)
+        self._set_phase("Done", f"Slurm job {job.job_id} ended ({job.summary}); pods deleted")
 
     async def _fail(self, message: str, reason: str) -> None:
         """Tell the user on the pod, release everything, and fail the workflow for good."""
         self.state.failure = message
-        await self._kube(
-            KubeActivities.set_unschedulable, self._pods(), reason, message, summary="report failure"
-        )
-        await self._event(reason, message, warning=True)
-        await self._release(message)
+        self._set_phase("Failed", message)
+        workflow.upsert_search_attributes([sa.PLACEMENT_PHASE.value_set("Failed")])
+        await self._give_back(reason, message, cancel_job=True, warning=True, condition=True)
         raise ApplicationError(message, type=reason, non_retryable=True)
 
-    # -- helpers -------------------------------------------------------------
+    async def _give_back(
+        self,
+        reason: str,
+        message: str,
+        *,
+        cancel_job: bool = False,
+        remove_pods: bool = False,
+        warning: bool = False,
+        condition: bool = False,
+    ) -> None:
+        release = ReleaseInput(
+            pods=self._pods(),
+            reason=reason,
+            message=message,
+            job_id=self.state.job_id,
+            cancel_job=cancel_job,
+            remove_pods=remove_pods,
+            warning=warning,
+            condition=condition,
+        )
+        # Never end while holding a job or a finalizer: this step is tried until it succeeds.
+        await self._step(PlacementActivities.release, release, summary=f"release: {reason}", must_finish=True)
 
-    def _record_bind_latency(self) -> None:
-        created = [e.created for uid, e in self.pods.items() if uid in self.members and e.created]
-        if not created:
-            return
-        first = datetime.fromisoformat(min(created).replace("Z", "+00:00"))
-        seconds = max((workflow.now() - first).total_seconds(), 0.0)
-        workflow.metric_meter().create_histogram_float(
-            "slurm_bridge_pod_created_to_bound_seconds", "pod creation to binding, per placement", unit="s"
-        ).record(seconds, {"kind": self.request.kind})
+    # -- helpers ---------------------------------------------------------------------
 
-    def _phase(self, phase: Phase, detail: str, *also: SearchAttributeUpdate[Any]) -> None:
+    def _job_id(self) -> int:
+        if self.state.job_id is None:
+            raise PlacementFailed("the placement has no Slurm job", "NoJob")
+        return self.state.job_id
+
+    def _note_job(self, job: JobEvent) -> None:
+        self.jobs[job.job_id] = job
+        self.state.job_state = job.summary
+
+    def _set_phase(self, phase: Phase, detail: str) -> None:
+        """Record the phase in the state query and the UI's details; search attributes change elsewhere."""
         self.state.phase = phase
         self.state.history.append(PhaseChange(phase=phase, at=workflow.now().isoformat(), detail=detail))
-        # One upsert command per phase change (each command is a billable action).
-        workflow.upsert_search_attributes([sa.PLACEMENT_PHASE.value_set(phase), *also])
         workflow.set_current_details(f"{phase}: {detail}")
         if phase in ("Done", "Failed"):
             workflow.metric_meter().create_counter(
                 "slurm_bridge_placements", "finished placements by outcome"
             ).add(1, {"outcome": phase, "kind": self.request.kind})
 
-    async def _read_job(self, job_id: int) -> JobEvent:
-        event: JobEvent = await self._slurm(SlurmActivities.get_job, job_id, summary=f"read job {job_id}")
-        self.jobs[job_id] = event
-        self.state.job_state = event.summary
-        return event
+    async def _step(
+        self,
+        method: Callable[..., Awaitable[Any]],
+        *args: Any,
+        summary: str,
+        must_finish: bool = False,
+    ) -> Any:
+        """One activity, bounded: a step stuck past STEP_BOUND is reported on the pods and tried again."""
+        pause = STUCK_PAUSE
+        while True:
+            try:
+                return await workflow.execute_activity_method(
+                    method,
+                    args=list(args),
+                    start_to_close_timeout=ATTEMPT_TIMEOUT,
+                    schedule_to_close_timeout=STEP_BOUND,
+                    retry_policy=RETRY,
+                    summary=summary,
+                )
+            except ActivityError as error:
+                cause = error.cause
+                final = isinstance(cause, ApplicationError) and cause.non_retryable
+                if final and not must_finish:
+                    raise
+                if not final and not isinstance(cause, TimeoutError):
+                    raise
+                await self._report_stuck(summary, error)
+                await workflow.sleep(pause, summary=f"retry: {summary}")
+                pause = min(pause * 2, timedelta(minutes=10))
 
-    async def _event(self, reason: str, message: str, warning: bool = False) -> None:
-        await self._kube(KubeActivities.record_event, self._pods(), reason, message, warning, summary=reason)
-
-    async def _kube(self, method: Callable[..., Awaitable[Any]], *args: Any, summary: str) -> Any:
-        return await workflow.execute_activity_method(
-            method,
-            args=list(args),
-            start_to_close_timeout=ACTIVITY_TIMEOUT,
-            retry_policy=KUBE_RETRY,
-            summary=summary,
-        )
-
-    async def _slurm(self, method: Callable[..., Awaitable[Any]], *args: Any, summary: str) -> Any:
-        return await workflow.execute_activity_method(
-            method,
-            args=list(args),
-            start_to_close_timeout=ACTIVITY_TIMEOUT,
-            retry_policy=SLURM_RETRY,
-            summary=summary,
-        )
+    async def _report_stuck(self, summary: str, error: ActivityError) -> None:
+        """Best effort: the dependency that failed may be the one this report needs."""
+        detail = str(error.cause or error)
+        message = f"step '{summary}' has not succeeded for {STEP_BOUND}: {detail}; retrying"
+        workflow.logger.warning("placement %s: %s", workflow.info().workflow_id, message)
+        with contextlib.suppress(ActivityError):
+            await workflow.execute_activity_method(
+                PlacementActivities.tell_pods,
+                args=[self._pods(), "PlacementStuck", message, True],
+                start_to_close_timeout=timedelta(seconds=30),
+                schedule_to_close_timeout=timedelta(seconds=60),
+                summary="report a stuck step",
+            )

@@ -69,7 +69,7 @@ async def test_pod_group_of_four_is_placed_together_on_four_nodes(make_stack: St
     for name in names[:3]:
         group_pod(stack, name, {grouping.LABEL_POD_GROUP: "mpi"})
 
-    state = await members_seen(stack, "placement/" + group_key, 3)
+    state = await members_seen(stack, f"placement/{stack.settings.installation_id}/{group_key}", 3)
     assert state.job_id is None  # three of four: nothing is submitted yet
     assert not any(bound(stack.pod(n)) for n in names[:3])
 

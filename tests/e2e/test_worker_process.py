@@ -78,7 +78,7 @@ async def test_the_worker_process_places_a_pod_and_serves_metrics(make_stack: St
         # The process serves the SDK's and the bridge's metrics on one port.
         url = f"http://127.0.0.1:{metrics_port}/metrics"
         metrics = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=5).read().decode())
-        assert 'slurm_bridge_slurm_requests{operation="GET /jobs/",outcome="ok"' in metrics
+        assert 'slurm_bridge_slurm_requests{operation="GET /jobs/state/",outcome="ok"' in metrics
         assert 'slurm_bridge_slurm_requests{operation="POST /job/submit",outcome="ok"' in metrics
         assert "slurm_bridge_pod_created_to_bound_seconds" in metrics
         assert "slurm_bridge_placements_total{" in metrics or "slurm_bridge_placements{" in metrics

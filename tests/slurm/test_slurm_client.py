@@ -458,7 +458,11 @@ async def test_slurmctld_down_is_unavailable(
 
         # A client that waits less than slurmrestd does times out itself: also unavailable.
         async with SlurmClient(
-            slurm_bed.rest_url, user_name=slurm_bed.user_name, token_file=slurm_bed.jwt_file, timeout=1
+            slurm_bed.rest_url,
+            user_name=slurm_bed.user_name,
+            token_file=slurm_bed.jwt_file,
+            timeout=1,
+            listing_timeout=1,  # a listing may wait longer than point requests; not here
         ) as impatient:
             with pytest.raises(SlurmUnavailable, match="no answer from slurmrestd") as timed_out:
                 await impatient.list_jobs()
@@ -472,3 +476,38 @@ async def test_slurmctld_down_is_unavailable(
     # The bed re-created the partition slurmctld forgot; it takes jobs again.
     job_id = await slurm_client.submit_job(external_job(partition.name))
     await wait_for_job(slurm_client, job_id, in_state("RUNNING"), "RUNNING after the restart")
+
+
+async def test_job_states_names_each_job_and_leaves_out_unknown_ones(
+    slurm_bed: SlurmTestBed, slurm_partition: MakePartition
+) -> None:
+    partition = slurm_partition()
+    requests: list[str] = []
+    async with SlurmClient(
+        slurm_bed.rest_url,
+        user_name=slurm_bed.user_name,
+        token_file=slurm_bed.jwt_file,
+        observer=lambda operation, outcome, seconds: requests.append(f"{operation} {outcome}"),
+    ) as client:
+        held = [await client.submit_job(external_job(partition.name, hold=True)) for _ in range(5)]
+        running = await client.submit_job(external_job(partition.name))
+        await wait_for_job(client, running, in_state("RUNNING"), "RUNNING")
+        requests.clear()
+
+        # Chunks of 2: the repeated parameter (the CSV form answers 500) in 4 requests.
+        states = await client.job_states([*held, running, UNKNOWN_JOB_ID], chunk_size=2)
+
+        assert states == {**{job_id: ["PENDING"] for job_id in held}, running: ["RUNNING"]}
+        assert UNKNOWN_JOB_ID not in states  # Slurm does not know it: left out, no error
+        assert requests == ["GET /jobs/state/ ok"] * 4
+
+        await client.cancel_job(running)
+        assert await client.job_states([running]) == {running: ["CANCELLED"]}
+        assert await client.job_states([UNKNOWN_JOB_ID]) == {}
+        requests.clear()
+        assert await client.job_states([]) == {}
+        assert requests == []  # nothing to ask, nothing asked
+
+        # A listing is counted as an operation of its own.
+        await client.list_jobs()
+        assert requests == ["GET /jobs/ ok"]

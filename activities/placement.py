@@ -1,0 +1,289 @@
+"""The three steps of a placement (v2), each one Temporal activity.
+
+A placement used to run a dozen small activities; each one is a billable
+action and three history events. These fold them by what happens together:
+
+- prepare_and_submit: finalizer + placement annotation → translate → submit →
+  label with the job id → Event → read the job once (an external job that
+  fits starts at once, and then the workflow binds without waiting);
+- bind: read the job afresh → map Slurm nodes → toleration + node annotation →
+  pods/binding → Event;
+- release: condition and Event → cancel the job or remove the pods → finalizer.
+
+Every step is idempotent, so an attempt after a crash repeats nothing that
+was done: patches are compare-and-swap or set a value, a binding to the same
+node is accepted, and submission adopts the job carrying this placement's id
+whenever the attempt may follow an earlier one (docs/architecture.md).
+"""
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.errors import classified
+from activities.kube import BOUND_ELSEWHERE, KubeActivities
+from activities.kube_client import Json, KubeConflict, KubeNotFound, api_path
+from activities.slurm import SlurmActivities, job_event
+from activities.slurm_client import SlurmNotFound
+from bridge import keys
+from bridge.models import (
+    BindInput,
+    BindResult,
+    JobEvent,
+    PlacementRequest,
+    PodRef,
+    Prepared,
+    PrepareInput,
+    ReleaseInput,
+)
+from bridge.pod_events import job_annotations
+from webhook.policy import managed_node_toleration, tolerates_managed_nodes
+
+log = logging.getLogger(__name__)
+CAS_ATTEMPTS = 5  # a pod edited by others this often in a row: let the activity retry later
+
+
+class PlacementActivities:
+    def __init__(self, kube: KubeActivities, slurm: SlurmActivities) -> None:
+        self.kube = kube
+        self.slurm = slurm
+
+    # -- prepare and submit ----------------------------------------------------
+
+    @activity.defn(name="prepare_and_submit")
+    @classified
+    async def prepare_and_submit(self, given: PrepareInput) -> Prepared:
+        """Claim the pods, translate them, submit (or adopt) the job and label the pods with it."""
+        request = given.request
+        pods: list[Json] = []
+        for ref in request.pods:
+            pod = await self._claim(ref, given.placement_id)
+            if pod is None:
+                await self._unclaim(request.pods)
+                return Prepared(
+                    submitted=False, pods=request.pods, detail=f"pod {ref.key} is gone or finished"
+                )
+            pods.append(pod)
+
+        job = await self.kube.build_job(request, pods, excluded_nodes=None)
+        recovery = given.recovery or activity.info().attempt > 1
+        submitted = await self.slurm.submit_once(
+            job, given.placement_id, since=given.since, recovery=recovery
+        )
+        by_key = {ref.key: ref for ref in request.pods}
+        ordered = [by_key[key] for key in job.pod_keys if key in by_key]
+        for ref in ordered:
+            await self._patch(ref, {"metadata": {"labels": {keys.LABEL_SLURM_JOB_ID: str(submitted.job_id)}}})
+        verb = "submitted" if submitted.created else "adopted (it already existed)"
+        for ref in ordered:
+            await self.kube._event(
+                ref,
+                "SlurmJobSubmitted",
+                f"Slurm job {submitted.job_id} {verb} in partition {job.partition}",
+                False,
+            )
+        return Prepared(
+            submitted=True,
+            pods=ordered,
+            job_id=submitted.job_id,
+            partition=job.partition,
+            created=submitted.created,
+            job=await self._read_job(submitted.job_id),
+            annotations={pod["metadata"]["uid"]: job_annotations(pod) for pod in pods},
+        )
+
+    async def _claim(self, ref: PodRef, placement_id: str) -> Json | None:
+        """Finalizer and placement annotation in one compare-and-swap; None if the pod is not placeable."""
+        for _ in range(CAS_ATTEMPTS):
+            pod = await self.kube.read_pod(ref)
+            if pod is None:
+                return None
+            meta, status = pod["metadata"], pod.get("status") or {}
+            if meta.get("deletionTimestamp") or status.get("phase") in ("Succeeded", "Failed"):
+                return None
+            finalizers = list(meta.get("finalizers") or [])
+            annotations = meta.get("annotations") or {}
+            if keys.FINALIZER in finalizers and annotations.get(keys.ANNOTATION_PLACEMENT) == placement_id:
+                return pod
+            patch = {
+                "metadata": {
+                    "resourceVersion": meta["resourceVersion"],
+                    "finalizers": [*finalizers, keys.FINALIZER]
+                    if keys.FINALIZER not in finalizers
+                    else finalizers,
+                    "annotations": {keys.ANNOTATION_PLACEMENT: placement_id},
+                }
+            }
+            try:
+                await self.kube._patch_pod(ref, patch)
+            except KubeNotFound:
+                return None
+            except KubeConflict:
+                continue  # edited meanwhile: read again
+            return await self.kube.read_pod(ref)
+        raise KubeConflict(409, "Conflict", f"pod {ref.key} kept changing while it was claimed")
+
+    async def _unclaim(self, pods: list[PodRef]) -> None:
+        await self.kube.remove_finalizer(pods)
+
+    # -- bind --------------------------------------------------------------------
+
+    @activity.defn(name="bind")
+    @classified
+    async def bind(self, given: BindInput) -> BindResult:
+        """Bind pod i to allocated node i, if the job is (still) running; the job as read decides."""
+        job = await self._read_job(given.job_id)
+        if not job.running or len(job.nodes) < len(given.pods):
+            return BindResult(job=job)
+        slurm_nodes = job.nodes[: len(given.pods)]
+        nodes = await self.kube.resolve_nodes(slurm_nodes)
+        for ref, node in zip(given.pods, nodes, strict=True):
+            await self._bind(ref, node, given.scheduler_name or self.kube.settings.scheduler_name)
+        message = f"Slurm job {job.job_id} allocated {', '.join(slurm_nodes)}; bound to {', '.join(nodes)}"
+        for ref in given.pods:
+            await self.kube._event(ref, "Bound", message, False)
+        return BindResult(job=job, slurm_nodes=slurm_nodes, nodes=nodes)
+
+    async def _bind(self, ref: PodRef, node: str, scheduler_name: str) -> None:
+        for _ in range(CAS_ATTEMPTS):
+            pod = await self.kube.read_pod(ref)
+            if pod is None or pod["metadata"].get("deletionTimestamp"):
+                return  # the workflow learns of it from the pod watcher
+            spec, meta = pod.get("spec") or {}, pod["metadata"]
+            current = spec.get("nodeName")
+            if current:
+                if current == node:
+                    return  # an earlier attempt got there
+                raise ApplicationError(
+                    f"pod {ref.key} is already bound to {current}, not to the allocated node {node}",
+                    type=BOUND_ELSEWHERE,
+                    non_retryable=True,
+                )
+            # Node sync taints bridge nodes NoExecute; without the toleration the taint
+            # manager would evict the pod right after binding (the webhook is optional).
+            tolerations = list(spec.get("tolerations") or [])
+            patch: Json = {
+                "metadata": {
+                    "resourceVersion": meta["resourceVersion"],
+                    "annotations": {keys.ANNOTATION_SLURM_NODE: node},
+                }
+            }
+            if not any(tolerates_managed_nodes(t, scheduler_name) for t in tolerations):
+                patch["spec"] = {"tolerations": [*tolerations, managed_node_toleration(scheduler_name)]}
+            try:
+                await self.kube._patch_pod(ref, patch)
+            except KubeNotFound:
+                return
+            except KubeConflict:
+                continue
+            binding = {
+                "apiVersion": "v1",
+                "kind": "Binding",
+                "metadata": {"name": ref.name, "namespace": ref.namespace, "uid": ref.uid},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+            }
+            try:
+                await self.kube.kube.request(
+                    "POST",
+                    api_path("pods", namespace=ref.namespace, name=ref.name, subresource="binding"),
+                    body=binding,
+                )
+            except KubeNotFound:
+                return
+            except KubeConflict:
+                continue  # bound meanwhile (an earlier attempt, another replica): check which node
+            return
+        raise KubeConflict(409, "Conflict", f"pod {ref.key} kept changing while it was bound")
+
+    # -- release -----------------------------------------------------------------
+
+    @activity.defn(name="release")
+    @classified
+    async def release(self, given: ReleaseInput) -> None:
+        """Tell the pods why, give back the Slurm job or the pods, then drop the finalizer."""
+        if given.condition:
+            await self.kube.set_unschedulable(given.pods, given.reason, given.message)
+        if given.cancel_job and given.job_id is not None:
+            await self.slurm.cancel_job(given.job_id)
+        if given.remove_pods:
+            await self.kube.delete_pods(given.pods, given.reason, given.message)
+        else:
+            await self.kube.record_event(given.pods, given.reason, given.message, given.warning)
+        await self.kube.remove_finalizer(given.pods)
+
+    # -- smaller steps -----------------------------------------------------------
+
+    @activity.defn(name="report_pending")
+    @classified
+    async def report_pending(self, pods: list[PodRef], job_id: int, reason: str) -> None:
+        """Slurm's pending reason on PodScheduled=False and as an Event, where users look."""
+        message = f"Slurm job {job_id} is pending: {reason}"
+        await self.kube.set_unschedulable(pods, reason, message)
+        await self.kube.record_event(pods, "SlurmJobPending", message, False)
+
+    @activity.defn(name="update_pending_job")
+    @classified
+    async def update_pending_job(self, request: PlacementRequest, job_id: int) -> dict[str, str]:
+        """The user changed the job's annotations while Slurm still waits: update the job.
+
+        Returns the annotations the job now reflects; a refusal is told on the pods
+        and keeps the job as it was (the placement goes on).
+        """
+        pods = [pod for ref in request.pods if (pod := await self.kube.read_pod(ref)) is not None]
+        annotations = {pod["metadata"]["uid"]: job_annotations(pod) for pod in pods}
+        if len(pods) < len(request.pods):
+            return annotations  # a pod is gone: the workflow ends the placement anyway
+        try:
+            job = await self.kube.build_job(request, pods)
+            await self.slurm.update_job(job_id, job)
+        except ApplicationError as error:
+            if not error.non_retryable:
+                raise
+            await self.kube.record_event(
+                request.pods,
+                "SlurmJobUpdateFailed",
+                f"Slurm job {job_id} kept as it was: {error.message}",
+                True,
+            )
+            return annotations
+        await self.kube.record_event(
+            request.pods, "SlurmJobUpdated", f"Slurm job {job_id} updated from the changed annotations", False
+        )
+        return annotations
+
+    @activity.defn(name="check_job")
+    @classified
+    async def check_job(self, job_id: int) -> JobEvent:
+        """The safety re-check: Slurm's word on the job, when no signal came for long."""
+        return await self._read_job(job_id)
+
+    @activity.defn(name="tell_pods")
+    @classified
+    async def tell_pods(self, pods: list[PodRef], reason: str, message: str, warning: bool) -> None:
+        await self.kube.record_event(pods, reason, message, warning)
+
+    async def _read_job(self, job_id: int) -> JobEvent:
+        try:
+            return job_event(await self.slurm.slurm.get_job(job_id))
+        except SlurmNotFound:
+            return JobEvent(job_id=job_id, states=[], gone=True)
+
+    async def _patch(self, ref: PodRef, patch: Json) -> None:
+        try:
+            await self.kube._patch_pod(ref, patch)
+        except (KubeNotFound, KubeConflict):
+            log.info("pod %s gone before it could be updated", ref.key)
+
+    def all(self) -> list[Callable[..., Awaitable[Any]]]:
+        return [
+            self.prepare_and_submit,
+            self.bind,
+            self.release,
+            self.report_pending,
+            self.update_pending_job,
+            self.check_job,
+            self.tell_pods,
+        ]

@@ -1,0 +1,33 @@
+"""A pod as the placement workflow sees it: the few facts it acts on."""
+
+import json
+from typing import Any
+
+from bridge import keys
+from bridge.models import PodEvent, PodRef
+
+Json = dict[str, Any]
+
+
+def job_annotations(pod: Json) -> str:
+    """The pod's slurmjob.slinky.slurm.net/* annotations as canonical JSON (compared for changes)."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    return json.dumps(
+        {k: v for k, v in annotations.items() if k.startswith(keys.SLURMJOB_PREFIX)}, sort_keys=True
+    )
+
+
+def pod_event(pod: Json, *, gone: bool = False) -> PodEvent:
+    meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
+    grace = meta.get("deletionGracePeriodSeconds") or spec.get("terminationGracePeriodSeconds") or 30
+    return PodEvent(
+        pod=PodRef(namespace=meta["namespace"], name=meta["name"], uid=meta["uid"]),
+        phase=status.get("phase") or "Pending",
+        node_name=spec.get("nodeName") or None,
+        deleting=bool(meta.get("deletionTimestamp")),
+        deletion_grace_seconds=int(grace),
+        gone=gone,
+        resource_version=meta.get("resourceVersion", ""),
+        created=meta.get("creationTimestamp", ""),
+        job_annotations=job_annotations(pod),
+    )

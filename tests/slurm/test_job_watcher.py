@@ -1,0 +1,373 @@
+"""The job watcher against the real Slurm (hack/slurm-sid.sh) and a real Temporal dev server.
+
+The placements are stand-ins: workflows started on a task queue no worker
+polls, so they stay open and every signal lands in their history, which is
+what these tests read (exact, and complete as soon as the signal call returned).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import time
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+from temporalio.client import Client, WorkflowHandle
+
+from activities.slurm_client import SlurmClient
+from bridge.models import JobEvent, admin_comment_for, workflow_id_of
+from tests.slurm.conftest import MakePartition
+from tests.slurm.test_slurm_client import UNKNOWN_JOB_ID, external_job
+from tests.slurm_bed import SlurmTestBed
+from worker.job_registry import LiveJobs
+from worker.job_watcher import JobWatcher
+
+pytestmark = pytest.mark.slurm
+
+INSTALLATION = "watcher-test"
+DEADLINE = 20.0
+
+
+class Requests:
+    """The SlurmClient observer: every request's operation, in order."""
+
+    def __init__(self) -> None:
+        self.operations: list[str] = []
+
+    def __call__(self, operation: str, outcome: str, seconds: float) -> None:
+        self.operations.append(operation)
+
+    def take(self) -> list[str]:
+        taken, self.operations = self.operations, []
+        return taken
+
+
+@pytest.fixture
+def requests() -> Requests:
+    return Requests()
+
+
+@pytest.fixture
+async def slurm(slurm_bed: SlurmTestBed, requests: Requests) -> AsyncIterator[SlurmClient]:
+    async with SlurmClient(
+        slurm_bed.rest_url, user_name=slurm_bed.user_name, token_file=slurm_bed.jwt_file, observer=requests
+    ) as client:
+        yield client
+
+
+class Placements:
+    """Open stand-in placement workflows; terminated after the test."""
+
+    def __init__(self, temporal: Client, task_queue: str) -> None:
+        self.temporal = temporal
+        self.task_queue = task_queue
+        self.handles: list[WorkflowHandle[object, object]] = []
+
+    def new_id(self, installation: str | None = INSTALLATION) -> tuple[str, str]:
+        """(placement id, pod key) of a new placement; installation None: the old id format."""
+        token = secrets.token_hex(4)
+        key = f"ns-{token}/pod-{token}"
+        if installation is None:
+            return f"placement/{key}/uid-{token}", key
+        return f"placement/{installation}/{key}/uid-{token}@gen-{token}", key
+
+    async def start(self, placement_id: str) -> WorkflowHandle[object, object]:
+        handle: WorkflowHandle[object, object] = await self.temporal.start_workflow(
+            "StandInPlacement", id=workflow_id_of(placement_id), task_queue=self.task_queue
+        )
+        self.handles.append(handle)
+        return handle
+
+    async def told(self, handle: WorkflowHandle[object, object]) -> list[JobEvent]:
+        """The `job_changed` signals this placement received, in order."""
+        events = []
+        history = await handle.fetch_history()
+        for event in history.events:
+            if not event.HasField("workflow_execution_signaled_event_attributes"):
+                continue
+            attributes = event.workflow_execution_signaled_event_attributes
+            assert attributes.signal_name == "job_changed"
+            [decoded] = await self.temporal.data_converter.decode(attributes.input.payloads, [JobEvent])
+            events.append(decoded)
+        return events
+
+
+@pytest.fixture
+async def placements(temporal_client: Client, task_queue: str) -> AsyncIterator[Placements]:
+    stand_ins = Placements(temporal_client, task_queue)
+    yield stand_ins
+    for handle in stand_ins.handles:
+        await handle.terminate("test over")
+
+
+def watcher_for(slurm: SlurmClient, temporal: Client, jobs: LiveJobs, **kwargs: float) -> JobWatcher:
+    ready = asyncio.Event()
+    ready.set()
+    return JobWatcher(slurm, temporal, jobs, installation=INSTALLATION, ready=ready, interval=0.05, **kwargs)
+
+
+async def bridge_job(
+    slurm: SlurmClient, partition: str, placement_id: str, pod: str, **fields: object
+) -> int:
+    return await slurm.submit_job(
+        external_job(partition, comment=placement_id, admin_comment=admin_comment_for([pod]), **fields)
+    )
+
+
+async def one_pass(watcher: JobWatcher) -> None:
+    await watcher.poll()
+    await watcher.wait_idle()
+
+
+async def poll_until(watcher: JobWatcher, done: Callable[[], bool], what: str) -> None:
+    """Run passes (each one asks Slurm, as the real loop does) until `done()`, within DEADLINE."""
+    deadline = time.monotonic() + DEADLINE
+    while not done():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not {what} after {DEADLINE} s")
+        await one_pass(watcher)
+        await asyncio.sleep(0.05)
+
+
+async def test_a_state_change_is_signalled_once_with_the_new_state(
+    slurm: SlurmClient,
+    slurm_bed: SlurmTestBed,
+    slurm_partition: MakePartition,
+    temporal_client: Client,
+    placements: Placements,
+    requests: Requests,
+) -> None:
+    partition = slurm_partition()
+    placement_id, pod = placements.new_id()
+    placement = await placements.start(placement_id)
+    job_id = await bridge_job(slurm, partition.name, placement_id, pod, hold=True)
+    jobs = LiveJobs()
+    jobs.track(job_id, placement_id)
+    watcher = watcher_for(slurm, temporal_client, jobs)
+    requests.take()
+
+    await one_pass(watcher)  # first sight: read and told
+    await one_pass(watcher)  # nothing changed: one state probe, no read, no signal
+    [pending] = await placements.told(placement)
+    assert pending.job_id == job_id
+    assert pending.states == ["PENDING"]
+    assert pending.reason == "JobHeldUser"
+    assert requests.take() == ["GET /jobs/state/", "GET /job/{}", "GET /jobs/state/"]
+
+    await asyncio.to_thread(slurm_bed.scontrol, "release", str(job_id))
+    await poll_until(watcher, lambda: watcher.signals == 2, "told RUNNING")
+    await one_pass(watcher)
+    told = await placements.told(placement)
+    assert [event.states for event in told] == [["PENDING"], ["RUNNING"]]
+    assert told[1].nodes == partition.node_names
+
+    await slurm.cancel_job(job_id)
+    await poll_until(watcher, lambda: watcher.signals == 3, "told CANCELLED")
+    told = await placements.told(placement)
+    assert [event.states for event in told] == [["PENDING"], ["RUNNING"], ["CANCELLED"]]
+
+    # Told it is over: no longer followed, so the next passes ask Slurm nothing.
+    assert jobs.items() == []
+    requests.take()
+    await one_pass(watcher)
+    assert requests.take() == []
+
+    # Steady path: state probes and reads of changed jobs only, never a listing of all jobs.
+    assert watcher.errors == 0
+    assert watcher.signals == 3
+    assert watcher.job_gets == 3  # first sight, RUNNING, CANCELLED
+    assert "GET /jobs/" not in requests.operations
+
+
+async def test_a_pending_reason_is_signalled_once_the_scheduler_set_it(
+    slurm: SlurmClient,
+    slurm_partition: MakePartition,
+    temporal_client: Client,
+    placements: Placements,
+) -> None:
+    # More CPUs than any node has: accepted, PENDING, reason PartitionConfig once the
+    # scheduler looked at it. Its state never changes; only the refresh sees the reason.
+    partition = slurm_partition(cpus=2)
+    placement_id, pod = placements.new_id()
+    placement = await placements.start(placement_id)
+    job_id = await bridge_job(slurm, partition.name, placement_id, pod, cpus_per_task=64)
+    jobs = LiveJobs()
+    jobs.track(job_id, placement_id)
+    watcher = watcher_for(slurm, temporal_client, jobs)
+
+    await poll_until(watcher, lambda: watcher.signals >= 1, "told the pending reason")
+    for _ in range(3):
+        await one_pass(watcher)
+
+    # Never the "PENDING, no reason yet" the placement read itself when it submitted.
+    [told] = await placements.told(placement)
+    assert (told.states, told.reason) == (["PENDING"], "PartitionConfig")
+    await slurm.cancel_job(job_id)
+
+
+async def test_a_job_of_another_installation_is_left_alone(
+    slurm: SlurmClient,
+    slurm_partition: MakePartition,
+    temporal_client: Client,
+    placements: Placements,
+    requests: Requests,
+) -> None:
+    partition = slurm_partition()
+    theirs, pod = placements.new_id(installation="other-bridge")
+    their_placement = await placements.start(theirs)
+    job_id = await bridge_job(slurm, partition.name, theirs, pod)
+    jobs = LiveJobs()
+    jobs.track(job_id, theirs)
+    watcher = watcher_for(slurm, temporal_client, jobs)
+    requests.take()
+
+    await one_pass(watcher)
+
+    assert requests.take() == []  # not even its state is asked
+    assert watcher.state_probes == 0
+
+    # Followed under one of our placement ids, its comment still decides: not ours.
+    ours, _ = placements.new_id()
+    our_placement = await placements.start(ours)
+    jobs.track(job_id, ours)
+    await one_pass(watcher)
+
+    assert requests.take() == ["GET /jobs/state/", "GET /job/{}"]
+    assert await placements.told(their_placement) == []
+    assert await placements.told(our_placement) == []
+    assert watcher.signals == 0
+    await slurm.cancel_job(job_id)
+
+
+async def test_a_job_slurm_does_not_know_is_gone(
+    slurm: SlurmClient, temporal_client: Client, placements: Placements, requests: Requests
+) -> None:
+    placement_id, _ = placements.new_id()
+    placement = await placements.start(placement_id)
+    jobs = LiveJobs()
+    jobs.track(UNKNOWN_JOB_ID, placement_id)  # purged after MinJobAge, or never known
+    watcher = watcher_for(slurm, temporal_client, jobs)
+    requests.take()
+
+    await one_pass(watcher)
+
+    assert await placements.told(placement) == [JobEvent(job_id=UNKNOWN_JOB_ID, states=[], gone=True)]
+    assert requests.take() == ["GET /jobs/state/", "GET /job/{}"]  # the read confirms: 404
+    assert jobs.items() == []  # told: followed no more
+    await one_pass(watcher)
+    assert requests.take() == []
+    assert len(await placements.told(placement)) == 1
+
+
+async def test_a_job_with_an_old_format_comment_signals_the_comment(
+    slurm: SlurmClient,
+    slurm_partition: MakePartition,
+    temporal_client: Client,
+    placements: Placements,
+) -> None:
+    partition = slurm_partition()
+    placement_id, pod = placements.new_id(installation=None)
+    assert "@" not in placement_id
+    placement = await placements.start(placement_id)
+    job_id = await bridge_job(slurm, partition.name, placement_id, pod, hold=True)
+    jobs = LiveJobs()
+    jobs.track(job_id, placement_id)
+    watcher = watcher_for(slurm, temporal_client, jobs)
+
+    await one_pass(watcher)
+
+    assert placement.id == placement_id  # old format: the comment is the workflow id
+    [told] = await placements.told(placement)
+    assert told.job_id == job_id
+    assert told.states == ["PENDING"]
+    await slurm.cancel_job(job_id)
+
+
+async def test_a_closed_placement_stops_the_following(
+    slurm: SlurmClient, temporal_client: Client, placements: Placements, requests: Requests
+) -> None:
+    placement_id, _ = placements.new_id()  # no workflow: the signal answers NOT_FOUND
+    jobs = LiveJobs()
+    jobs.track(UNKNOWN_JOB_ID, placement_id)
+    watcher = watcher_for(slurm, temporal_client, jobs)
+
+    await one_pass(watcher)
+
+    assert watcher.signals == 0
+    assert watcher.errors == 0
+    assert jobs.items() == []
+
+
+class FlakyJobs(LiveJobs):
+    """LiveJobs that fails its first `failures` reads and reports when a job was told over."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+        self.told_over = asyncio.Event()
+
+    def items(self) -> list[tuple[int, str]]:
+        if self.failures > 0:
+            self.failures -= 1
+            raise RuntimeError("a bug anywhere in a pass")
+        return super().items()
+
+    def finished(self, job_id: int) -> None:
+        super().finished(job_id)
+        self.told_over.set()
+
+
+async def stopped(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    assert task.cancelled()  # ended by the cancellation, not by an error
+
+
+async def test_the_loop_survives_any_exception_and_ends_only_when_cancelled(
+    slurm: SlurmClient, temporal_client: Client, placements: Placements
+) -> None:
+    placement_id, _ = placements.new_id()
+    placement = await placements.start(placement_id)
+    jobs = FlakyJobs(failures=2)
+    jobs.track(UNKNOWN_JOB_ID, placement_id)
+    watcher = watcher_for(slurm, temporal_client, jobs)
+
+    task = asyncio.create_task(watcher.run())
+    try:
+        await asyncio.wait_for(jobs.told_over.wait(), DEADLINE)
+    finally:
+        await stopped(task)
+
+    assert watcher.errors == 2
+    assert watcher.signals == 1
+    assert [event.gone for event in await placements.told(placement)] == [True]
+
+
+async def test_failed_passes_back_off_exponentially(temporal_client: Client) -> None:
+    unreachable = SlurmClient("http://127.0.0.1:9", user_name="slurm", token_file=None)
+    jobs = LiveJobs()
+    jobs.track(1, f"placement/{INSTALLATION}/ns/p/u@g")
+    watcher = watcher_for(unreachable, temporal_client, jobs, max_backoff=0.4)
+
+    started = time.monotonic()
+    task = asyncio.create_task(watcher.run())
+    try:
+        await wait_for_counter(lambda: watcher.errors >= 5)
+    finally:
+        await stopped(task)
+        await unreachable.close()
+
+    # Waits of at least 0.05, 0.1, 0.2 and 0.4 s (interval 0.05, doubling, capped) came
+    # between the five failures: no tight loop against a Slurm that does not answer.
+    assert time.monotonic() - started >= 0.75
+    assert watcher.passes == 0
+
+
+async def wait_for_counter(done: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + DEADLINE
+    while not done():
+        assert time.monotonic() < deadline, "counter not reached"
+        await asyncio.sleep(0.01)

@@ -1,0 +1,84 @@
+"""SlurmActivities.submit_once against the real Slurm: no listing unless recovering."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator
+
+import pytest
+
+from activities.slurm import SlurmActivities
+from activities.slurm_client import SlurmClient
+from bridge.keys import EXTERNAL_JOB_FLAG
+from bridge.models import JobDescription, NoValNumber, admin_comment_for
+from tests.slurm.conftest import MakePartition
+from tests.slurm_bed import SlurmTestBed
+
+pytestmark = pytest.mark.slurm
+
+
+@pytest.fixture
+async def observed(slurm_bed: SlurmTestBed) -> AsyncIterator[tuple[SlurmClient, list[str]]]:
+    operations: list[str] = []
+    async with SlurmClient(
+        slurm_bed.rest_url,
+        user_name=slurm_bed.user_name,
+        token_file=slurm_bed.jwt_file,
+        observer=lambda operation, outcome, seconds: operations.append(operation),
+    ) as client:
+        yield client, operations
+
+
+def description(partition: str, pod: str) -> JobDescription:
+    return JobDescription(
+        name=pod,
+        flags=[EXTERNAL_JOB_FLAG],
+        admin_comment=admin_comment_for([pod]),
+        partition=partition,
+        nodes="1",
+        minimum_nodes=1,
+        maximum_nodes=1,
+        cpus_per_task=1,
+        memory_per_node=NoValNumber(number=256),
+        time_limit=NoValNumber(number=60),
+    )
+
+
+async def test_first_attempt_submits_without_listing_and_recovery_adopts(
+    observed: tuple[SlurmClient, list[str]], slurm_partition: MakePartition
+) -> None:
+    client, operations = observed
+    partition = slurm_partition()
+    activities = SlurmActivities(client)
+    token = secrets.token_hex(4)
+    pod = f"ns-{token}/pod"
+    placement_id = f"placement/submit-test/{pod}/uid-{token}@gen-{token}"
+    job = description(partition.name, pod)
+    since = 0
+
+    first = await activities.submit_once(job, placement_id, since=since, recovery=False)
+
+    assert first.created
+    assert operations == ["POST /job/submit"]  # no listing on the normal path
+    assert activities.recovery_listings == 0
+    submitted = await client.get_job(first.job_id)
+    assert submitted.comment == placement_id
+
+    # A retried attempt (or a reset, an operator retry) finds the job instead of submitting again.
+    operations.clear()
+    again = await activities.submit_once(job, placement_id, since=since, recovery=True)
+
+    assert (again.job_id, again.created) == (first.job_id, False)
+    assert operations == ["GET /jobs/"]
+    assert activities.recovery_listings == 1
+
+    # Recovering when nothing was submitted (or the job is over): submits.
+    await client.cancel_job(first.job_id)
+    operations.clear()
+    fresh = await activities.submit_once(job, placement_id, since=since, recovery=True)
+
+    assert fresh.created
+    assert fresh.job_id != first.job_id
+    assert operations == ["GET /jobs/", "POST /job/submit"]
+    assert activities.recovery_listings == 2
+    await client.cancel_job(fresh.job_id)

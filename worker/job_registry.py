@@ -1,0 +1,68 @@
+"""The bridge's live Slurm jobs: what the job watcher asks Slurm about, and nothing else.
+
+Fed from Kubernetes, not from Slurm: the pod watcher sees each pod's
+`scheduler.slinky.slurm.net/slurm-jobid` label and `slurm-bridge/placement`
+annotation and calls `track`; when no pod references a job any more it calls
+`forget`. The job watcher calls `finished` once it told the placement that the
+job is over, so an ended job is not asked about again while its pods are being
+cleaned up (a later `track` of it from a pod update is ignored).
+
+Bounded by the pods the pod watcher sees: a job id is held only while some pod
+references it, and a live one only until its end was told.
+"""
+
+from collections.abc import Iterable
+
+
+class LiveJobs:
+    """Job id → placement id (the job's comment) of the jobs the job watcher must follow."""
+
+    def __init__(self) -> None:
+        self._live: dict[int, str] = {}
+        # Over, and the placement was told; kept until no pod references the job.
+        self._finished: dict[int, str] = {}
+
+    def track(self, job_id: int, placement_id: str) -> None:
+        """A pod references `job_id`, placed by `placement_id`. Idempotent: call on every pod event.
+
+        A job already `finished` stays finished, unless the pod names another
+        placement for it (a job id Slurm handed out again after its state was wiped).
+        """
+        if self._finished.get(job_id) == placement_id:
+            return
+        self._finished.pop(job_id, None)
+        self._live[job_id] = placement_id
+
+    def finished(self, job_id: int) -> None:
+        """The job is over and its placement was told: stop following it."""
+        placement_id = self._live.pop(job_id, None)
+        if placement_id is not None:
+            self._finished[job_id] = placement_id
+
+    def forget(self, job_id: int) -> None:
+        """No pod references the job any more."""
+        self._live.pop(job_id, None)
+        self._finished.pop(job_id, None)
+
+    def retain(self, job_ids: Iterable[int]) -> None:
+        """Forget every job not in `job_ids`: after a full re-list of the pods."""
+        keep = set(job_ids)
+        for job_id in [*self._live, *self._finished]:
+            if job_id not in keep:
+                self.forget(job_id)
+
+    def items(self) -> list[tuple[int, str]]:
+        """(job id, placement id) of every job still to follow; a snapshot."""
+        return list(self._live.items())
+
+    def placement_of(self, job_id: int) -> str | None:
+        return self._live.get(job_id)
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self._live
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def __repr__(self) -> str:
+        return f"LiveJobs({len(self._live)} live, {len(self._finished)} finished)"
