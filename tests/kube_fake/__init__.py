@@ -10,7 +10,9 @@ It speaks real HTTP/1.1 + JSON to the official ``kubernetes`` client (sync and
 Module map: ``store`` (objects, resourceVersion, event log, deletion),
 ``patches`` (RFC 6902 / RFC 7386 / strategic merge), ``selectors``,
 ``watch`` (streams), ``subresources`` (binding, eviction), ``validation``
-(pod defaults and immutability, names), ``kubelet`` (optional simulation),
+(pod defaults and immutability, names), ``dra`` (resource.k8s.io checks),
+``kubelet`` (optional simulation), ``controllers`` (the controller loop),
+``taint_eviction`` and ``disruption`` (controllers on by default), ``clock``,
 ``handler`` (HTTP routing), ``server`` (``FakeKubeServer`` and helpers).
 
 Deliberately not supported (each answers clearly or is ignored as noted):
@@ -30,9 +32,15 @@ Deliberately not supported (each answers clearly or is ignored as noted):
 * admission plugins (service-account token volume, default tolerations),
   most field validation, managedFields, protobuf/CBOR/YAML, authz
   (an optional bearer token is the only auth);
-* core/v1 and events.k8s.io/v1 events are separate stores (no conversion).
+* core/v1 and events.k8s.io/v1 events are separate stores (no conversion);
+* of kube-controller-manager only the taint-eviction and disruption
+  controllers run (no node lifecycle taints, no scheduler); the disruption
+  controller has no two-minute ``disruptedPods`` recheck and scales only
+  ReplicaSets, Deployments and StatefulSets;
+* one version per group: scheduling.k8s.io is v1alpha2 only (no conversion).
 """
 
+from .clock import FakeClock
 from .errors import ApiError
 from .faults import RecordedRequest
 from .kubelet import EXIT_CODE, RUN_SECONDS, FakeKubelet
@@ -44,6 +52,7 @@ __all__ = [
     "EXIT_CODE",
     "RUN_SECONDS",
     "ApiError",
+    "FakeClock",
     "FakeKubeServer",
     "FakeKubelet",
     "RecordedRequest",

@@ -262,7 +262,10 @@ class KubeHandler(BaseHTTPRequestHandler):
             body = self._json(raw)
             if sub == "binding":
                 return self._send_json(201, subresources.bind(store, rt, ns, name, body))
-            return self._send_json(201, subresources.evict(store, rt, ns, name, body, app.evictions))
+            evicted = subresources.evict(
+                store, rt, ns, name, body, app.evictions, sync_budgets=app.disruption_controller is not None
+            )
+            return self._send_json(201, evicted)
         raise errors.generic(404)
 
     def _watch(self, rt: ResourceType, ns: str | None, flt: Filter, query: dict[str, str]) -> None:

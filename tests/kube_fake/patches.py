@@ -46,6 +46,8 @@ MERGE_KEYS: dict[str, str] = {
     "ownerReferences": "uid",
     "podIPs": "ip",
     "hostIPs": "ip",
+    "resourceClaimStatuses": "name",  # PodStatus and PodGroupStatus
+    "reservedFor": "uid",  # ResourceClaimStatus
 }
 # Primitive lists with patchStrategy=merge: union, order kept, no duplicates.
 MERGE_SETS = frozenset({"finalizers"})

@@ -27,6 +27,8 @@ POD_FIELDS = (
     "status.podIP",
     "status.nominatedNodeName",
 )
+# resource.k8s.io/v1 ResourceSlice's field label conversion.
+RESOURCE_SLICE_FIELDS = ("spec.nodeName", "spec.driver")
 CORE_EVENT_FIELDS = (
     "involvedObject.kind",
     "involvedObject.namespace",
@@ -118,6 +120,30 @@ DEFAULT_RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", True, custom=True),
     ResourceType("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", "LeaderWorkerSet", True, custom=True),
     ResourceType("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup", True, custom=True),
+    # Built-in gang scheduling as Kubernetes 1.36 serves it (GenericWorkload
+    # gate); 1.37 replaces v1alpha2 with v1alpha3/v1beta1.  Workload has no status.
+    ResourceType("scheduling.k8s.io", "v1alpha2", "workloads", "Workload", True, status_subresource=False),
+    ResourceType("scheduling.k8s.io", "v1alpha2", "podgroups", "PodGroup", True),
+    # Dynamic resource allocation (GA in 1.34).
+    ResourceType("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", False, status_subresource=False),
+    ResourceType(
+        "resource.k8s.io",
+        "v1",
+        "resourceslices",
+        "ResourceSlice",
+        False,
+        status_subresource=False,
+        extra_fields=RESOURCE_SLICE_FIELDS,
+    ),
+    ResourceType("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", True),
+    ResourceType(
+        "resource.k8s.io",
+        "v1",
+        "resourceclaimtemplates",
+        "ResourceClaimTemplate",
+        True,
+        status_subresource=False,
+    ),
 )
 
 

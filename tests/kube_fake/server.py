@@ -17,12 +17,16 @@ from typing import TypeVar
 import kubernetes.aio.client
 import kubernetes.client
 
+from .clock import Clock, FakeClock, RealClock
+from .controllers import ControllerManager
+from .disruption import DisruptionController
 from .faults import Faults, RecordedRequest
 from .handler import KubeHTTPServer
 from .kubelet import FakeKubelet
 from .resources import DEFAULT_RESOURCES, Registry, ResourceType
 from .store import Store
 from .subresources import EvictionGate
+from .taint_eviction import TaintEvictionController
 from .util import JSON, now_rfc3339
 
 T = TypeVar("T")
@@ -36,6 +40,12 @@ class FakeKubeServer:
     ``Authorization: Bearer <token>``; ``require_namespaces`` makes creates in
     a missing namespace fail with 404 like a real server (off by default:
     only default/kube-system/kube-public/kube-node-lease exist).
+
+    Like a real cluster, the taint-eviction and disruption controllers run by
+    default; ``taint_manager=False`` / ``disruption_controller=False`` leave
+    them out (with the latter, evictions read PDB status as stored, so a test
+    writes it).  ``clock`` times controller delays (tolerationSeconds): pass a
+    ``FakeClock`` and call ``advance_clock`` to cross them without waiting.
     """
 
     def __init__(
@@ -48,6 +58,9 @@ class FakeKubeServer:
         token: str | None = None,
         require_namespaces: bool = False,
         extra_resources: Iterable[ResourceType] = (),
+        taint_manager: bool = True,
+        disruption_controller: bool = True,
+        clock: Clock | None = None,
     ) -> None:
         self.registry = Registry((*DEFAULT_RESOURCES, *extra_resources))
         self.store = Store(self.registry, history_size, require_namespaces)
@@ -55,6 +68,15 @@ class FakeKubeServer:
         self.evictions = EvictionGate()
         self.token = token
         self.kubelet = FakeKubelet(self.store, self.registry) if kubelet else None
+        self.clock: Clock = clock or RealClock()
+        self.taint_manager = (
+            TaintEvictionController(self.store, self.registry, self.clock) if taint_manager else None
+        )
+        self.disruption_controller = (
+            DisruptionController(self.store, self.registry) if disruption_controller else None
+        )
+        running = [c for c in (self.taint_manager, self.disruption_controller) if c is not None]
+        self.controllers = ControllerManager(self.store, self.clock, running) if running else None
         self._bind = (host, port)
         self._httpd: KubeHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -69,6 +91,8 @@ class FakeKubeServer:
         self._thread.start()
         if self.kubelet is not None:
             self.kubelet.start()
+        if self.controllers is not None:
+            self.controllers.start()
         return self
 
     def stop(self) -> None:
@@ -77,6 +101,8 @@ class FakeKubeServer:
         self.faults.cancel()
         if self.kubelet is not None:
             self.kubelet.stop()
+        if self.controllers is not None:
+            self.controllers.stop()
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.drop_connections()
@@ -287,6 +313,22 @@ class FakeKubeServer:
         """Block until ``predicate()`` is truthy, re-checked on every store
         change and every request; returns its value or raises TimeoutError."""
         return self.store.wait_for(predicate, timeout)
+
+    def settle(self, timeout: float = 5.0) -> None:
+        """Block until the controllers have handled every change so far and
+        have no overdue timer, so a test can assert that something did *not*
+        happen (e.g. a tolerated pod survived)."""
+        manager = self.controllers
+        if manager is not None:
+            self.store.wait_for(manager.caught_up, timeout)
+
+    def advance_clock(self, seconds: float) -> None:
+        """Move a ``FakeClock`` on and wake the controllers waiting on it."""
+        if not isinstance(self.clock, FakeClock):
+            raise RuntimeError("kube_fake: advance_clock needs FakeKubeServer(clock=FakeClock())")
+        with self.store.cond:
+            self.clock.advance(seconds)
+            self.store.cond.notify_all()
 
     async def wait_for_async(self, predicate: Callable[[], T], timeout: float = 5.0) -> T:
         """``wait_for`` off the event loop, so aio clients keep running meanwhile."""

@@ -260,6 +260,7 @@ class Store:
                 new["status"] = clone(body["status"])
             else:
                 new.pop("status", None)
+            validation.validate_status_update(rt, name, new)
             return new
         new = {"kind": rt.kind, "apiVersion": rt.api_version}
         new.update({k: clone(v) for k, v in body.items() if k not in ("kind", "apiVersion")})

@@ -2,8 +2,14 @@
 
 Both follow pkg/registry/core/pod/storage: binding refuses a pod that is
 already bound, being deleted or still gated (409 on ``pods/binding``), sets
-``spec.nodeName`` plus ``PodScheduled=True``; eviction is a DELETE that a
-PodDisruptionBudget may veto with 429.  Both answer ``Status{Success, 201}``.
+``spec.nodeName`` plus ``PodScheduled=True``.  Eviction (eviction.go) deletes
+a terminal, Pending or terminating pod outright; any other pod is checked
+against the one PodDisruptionBudget selecting it (two or more: 500), which
+may veto with 429 (see ``disruption``); an unready pod may go without using
+up the budget.  Before the DELETE (with the Eviction's deleteOptions) it sets
+``DisruptionTarget=True`` reason ``EvictionByEvictionAPI`` through the status
+path, replacing any earlier DisruptionTarget condition.  Both answer
+``Status{Success, 201}``.
 """
 
 from __future__ import annotations
@@ -11,12 +17,14 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from . import errors
+from . import disruption, errors
 from .resources import ResourceType
 from .store import Store
 from .util import JSON, clone, meta, now_rfc3339
 
 SUCCESS_CREATED = errors.status_body(201, "", "", None, success=True)
+EVICTION_REASON = "EvictionByEvictionAPI"
+EVICTION_MESSAGE = "Eviction API: evicting"
 
 
 def _check_preconditions(rt: ResourceType, name: str, pod: JSON, want: JSON, *, what: str) -> None:
@@ -34,7 +42,9 @@ def _check_preconditions(rt: ResourceType, name: str, pod: JSON, want: JSON, *, 
 def set_condition(
     status: JSON, ctype: str, value: str, reason: str | None = None, message: str | None = None
 ) -> None:
-    """podutil.UpdatePodCondition: lastTransitionTime only moves when the status flips."""
+    """podutil.UpdatePodCondition: the condition is replaced whole (reason,
+    message, lastProbeTime included); lastTransitionTime only moves when the
+    status flips."""
     conditions: list[JSON] = status.setdefault("conditions", [])
     new: JSON = {"type": ctype, "status": value, "lastTransitionTime": now_rfc3339()}
     if reason:
@@ -45,8 +55,6 @@ def set_condition(
         if cond.get("type") == ctype:
             if cond.get("status") == value:
                 new["lastTransitionTime"] = cond.get("lastTransitionTime", new["lastTransitionTime"])
-            if "lastProbeTime" in cond:
-                new["lastProbeTime"] = cond["lastProbeTime"]
             conditions[i] = new
             return
     conditions.append(new)
@@ -109,34 +117,110 @@ class EvictionGate:
 
 
 def pdb_violation() -> errors.ApiError:
-    return errors.ApiError(
-        429,
-        "TooManyRequests",
-        "Cannot evict pod as it would violate the pod's disruption budget.",
-        {
-            "causes": [
-                {
-                    "reason": "DisruptionBudget",
-                    "message": "The disruption budget kube-fake-pdb needs 1 healthy pods and has 1 currently",
-                }
-            ]
-        },
+    """What ``block_evictions`` answers: a budget that allows no disruption."""
+    return disruption.too_many_requests(
+        disruption.VIOLATION, "The disruption budget kube-fake-pdb needs 1 healthy pods and has 1 currently"
     )
 
 
-def evict(store: Store, rt: ResourceType, namespace: str, name: str, body: Any, gate: EvictionGate) -> JSON:
+def _can_ignore_budget(pod: JSON) -> bool:
+    phase = (pod.get("status") or {}).get("phase")
+    return phase in ("Succeeded", "Failed", "Pending") or bool(pod["metadata"].get("deletionTimestamp"))
+
+
+def _with_rv_precondition(options: JSON, rv: str) -> JSON:
+    return {**options, "preconditions": {**(options.get("preconditions") or {}), "resourceVersion": rv}}
+
+
+def evict(
+    store: Store,
+    rt: ResourceType,
+    namespace: str,
+    name: str,
+    body: Any,
+    gate: EvictionGate,
+    *,
+    sync_budgets: bool = True,
+) -> JSON:
+    """``sync_budgets``: bring the PDB's status up to date first, as a disruption
+    controller that is never behind would have (off: its stored status rules)."""
     if not isinstance(body, dict):
         raise errors.bad_request("an Eviction object is required")
     emeta = body.get("metadata") or {}
     if emeta.get("name") not in (None, "", name):
         raise errors.bad_request("name in URL does not match name in Eviction object")
-    options = body.get("deleteOptions") or {}
+    options: JSON = dict(body.get("deleteOptions") or {})
+    if options.get("dryRun"):
+        raise errors.bad_request("kube_fake: dryRun is not supported")
+    rv_unset = not (options.get("preconditions") or {}).get("resourceVersion")
     with store.cond:
         pod = store.get(rt, namespace, name)
-        if pod["metadata"].get("deletionTimestamp"):
-            return clone(SUCCESS_CREATED)  # already terminating: nothing to decide
         terminal = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
-        if not terminal and gate.take():
+        if not terminal and not pod["metadata"].get("deletionTimestamp") and gate.take():
             raise pdb_violation()
-        store.delete(rt, namespace, name, options)
+        if _can_ignore_budget(pod):
+            if not terminal and not pod["metadata"].get("deletionTimestamp") and rv_unset:
+                options = _with_rv_precondition(options, pod["metadata"]["resourceVersion"])
+            _mark_and_delete(store, rt, namespace, name, options)
+            return clone(SUCCESS_CREATED)
+        budgets = disruption.budgets_for_pod(store, store.registry, pod)
+        if len(budgets) > 1:
+            raise errors.ApiError(
+                500,
+                "",
+                "This pod has more than one PodDisruptionBudget, "
+                "which the eviction subresource does not support.",
+            )
+        spare_budget = False  # an unready pod that may go without using up a disruption
+        if budgets:
+            pdb = budgets[0]
+            if sync_budgets:
+                pdb = disruption.sync_budget(store, store.registry, namespace, pdb["metadata"]["name"]) or pdb
+            status = pdb.get("status") or {}
+            if not disruption.pod_ready(pod):
+                policy = (pdb.get("spec") or {}).get("unhealthyPodEvictionPolicy")
+                desired = int(status.get("desiredHealthy", 0))
+                spare_budget = policy == "AlwaysAllow" or (
+                    int(status.get("currentHealthy", 0)) >= desired and desired > 0
+                )
+            if not spare_budget:
+                disruption.check_and_decrement(store, store.registry, pdb, name)
+        if spare_budget:
+            options = _with_rv_precondition(options, pod["metadata"]["resourceVersion"])
+        try:
+            _mark_and_delete(store, rt, namespace, name, options)
+        except errors.ApiError as exc:
+            if exc.code == 409 and spare_budget and rv_unset:
+                raise disruption.still_processing(budgets[0]["metadata"]["name"]) from exc
+            raise
     return clone(SUCCESS_CREATED)
+
+
+def _mark_and_delete(store: Store, rt: ResourceType, namespace: str, name: str, options: JSON) -> None:
+    """addConditionAndDeletePod: preconditions are checked against the latest pod,
+    the condition goes in through the status path, then the DELETE."""
+    pre = options.get("preconditions") or {}
+
+    def mark(pod: JSON) -> None:
+        for key, label, why in (
+            ("uid", "UID", "The object might have been deleted and then recreated"),
+            ("resourceVersion", "ResourceVersion", "The object might have been modified"),
+        ):
+            want, have = pre.get(key), pod["metadata"].get(key)
+            if want and want != have:
+                raise errors.conflict(
+                    rt,
+                    name,
+                    f"the {label} in the precondition ({want}) does not match "
+                    f"the {label} in record ({have}). {why}",
+                    qualified="Pod",
+                )
+        set_condition(
+            pod.setdefault("status", {}), "DisruptionTarget", "True", EVICTION_REASON, EVICTION_MESSAGE
+        )
+
+    updated = store.mutate(rt, namespace, name, mark, mode="status")
+    if pre.get("resourceVersion"):
+        # Our own status write moved the version the caller (or we) pinned.
+        options = _with_rv_precondition(options, updated["metadata"]["resourceVersion"])
+    store.delete(rt, namespace, name, options)

@@ -14,7 +14,7 @@ import copy
 import re
 from typing import Any
 
-from . import errors
+from . import dra, errors
 from .resources import ResourceType
 
 JSON = dict[str, Any]
@@ -120,6 +120,19 @@ def prepare_create(rt: ResourceType, obj: JSON) -> None:
     elif rt.key == ("", "namespaces"):
         obj.setdefault("spec", {"finalizers": ["kubernetes"]})
         obj["status"] = {"phase": "Active"}
+    elif rt.key == ("policy", "poddisruptionbudgets"):
+        # PrepareForCreate resets status to the zero struct (its counts are not omitempty).
+        obj["status"] = {"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0, "expectedPods": 0}
+    elif rt.group == "resource.k8s.io":
+        dra.prepare_create(rt, obj)
+
+
+def validate_status_update(rt: ResourceType, name: str, new: JSON) -> None:
+    """The status-strategy checks the fake has (pods/status, resourceclaims/status)."""
+    if rt.key == ("", "pods"):
+        dra.validate_pod_claim_statuses(rt, name, new)
+    elif rt.key == ("resource.k8s.io", "resourceclaims"):
+        dra.validate_claim_status(rt, name, new)
 
 
 def _names(items: Any, key: str = "name") -> list[Any]:

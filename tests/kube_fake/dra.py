@@ -1,0 +1,157 @@
+"""resource.k8s.io/v1 (dynamic resource allocation): defaults and the checks a
+client of these types can trip over.
+
+From pkg/apis/resource/v1/defaults.go and pkg/apis/resource/validation:
+required fields on create (a request needs a name and exactly one of
+``exactly``/``firstAvailable``, which need a ``deviceClassName``; a
+ResourceSlice needs a driver, a pool and exactly one node selection), the
+``allocationMode: ExactCount`` / ``count: 1`` defaults, and the claim status
+invariants (``reservedFor`` entries are complete and need an allocation).
+Names are not format-checked, CEL selectors are not compiled, and the
+immutability of a claim's spec and of an allocation is not enforced.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import errors
+from .resources import ResourceType
+from .util import JSON
+
+Cause = tuple[str, str, str]  # (field, cause reason, message)
+NODE_SELECTION = "exactly one of `nodeName`, `nodeSelector`, `allNodes`, `perDeviceNodeSelection` is required"
+REQUEST_KIND = "exactly one of `exactly` or `firstAvailable` is required"
+
+
+def _required(path: str, detail: str = "") -> Cause:
+    return (path, "FieldValueRequired", f"Required value: {detail}" if detail else "Required value")
+
+
+def _default_request(request: JSON) -> None:
+    """SetDefaults_ExactDeviceRequest / SetDefaults_DeviceSubRequest."""
+    request.setdefault("allocationMode", "ExactCount")
+    if request["allocationMode"] == "ExactCount" and not request.get("count"):
+        request["count"] = 1
+
+
+def _claim_spec(spec: Any, path: str) -> list[Cause]:
+    causes: list[Cause] = []
+    devices = (spec or {}).get("devices") or {}
+    for i, request in enumerate(devices.get("requests") or []):
+        at = f"{path}.devices.requests[{i}]"
+        if not request.get("name"):
+            causes.append(_required(f"{at}.name"))
+        exactly, first = request.get("exactly"), request.get("firstAvailable") or []
+        if exactly is None and not first:
+            causes.append(_required(at, REQUEST_KIND))
+        elif exactly is not None and first:
+            causes.append(
+                (at, "FieldValueInvalid", f"Invalid value: null: {REQUEST_KIND}, but multiple fields are set")
+            )
+        elif exactly is not None:
+            _default_request(exactly)
+            if not exactly.get("deviceClassName"):
+                causes.append(_required(f"{at}.exactly.deviceClassName"))
+        for j, sub in enumerate(first):
+            _default_request(sub)
+            for key in ("name", "deviceClassName"):
+                if not sub.get(key):
+                    causes.append(_required(f"{at}.firstAvailable[{j}].{key}"))
+    return causes
+
+
+def _slice_spec(spec: JSON) -> list[Cause]:
+    causes: list[Cause] = []
+    if not spec.get("driver"):
+        causes.append(_required("spec.driver"))
+    pool = spec.get("pool") or {}
+    if not pool.get("name"):
+        causes.append(_required("spec.pool.name"))
+    count = pool.get("resourceSliceCount", 0)
+    if not isinstance(count, int) or count <= 0:
+        causes.append(
+            (
+                "spec.pool.resourceSliceCount",
+                "FieldValueInvalid",
+                f"Invalid value: {count}: must be greater than zero",
+            )
+        )
+    chosen = [
+        f"`{key}`"
+        for key in ("nodeName", "nodeSelector", "allNodes", "perDeviceNodeSelection")
+        if spec.get(key) not in (None, "", False)
+    ]
+    if not chosen:
+        causes.append(_required("spec", NODE_SELECTION))
+    elif len(chosen) > 1:
+        value = "{" + ", ".join(chosen) + "}"
+        causes.append(
+            (
+                "spec",
+                "FieldValueInvalid",
+                f'Invalid value: "{value}": {NODE_SELECTION}, but multiple fields are set',
+            )
+        )
+    return causes
+
+
+def prepare_create(rt: ResourceType, obj: JSON) -> None:
+    """Defaults, then 422 Invalid if a required field is missing."""
+    name = str(obj["metadata"].get("name", ""))
+    spec = obj.setdefault("spec", {})
+    causes: list[Cause] = []
+    if rt.plural == "resourceclaims":
+        causes = _claim_spec(spec, "spec")
+    elif rt.plural == "resourceclaimtemplates":
+        causes = _claim_spec(spec.get("spec"), "spec.spec")
+    elif rt.plural == "resourceslices":
+        causes = _slice_spec(spec)
+    if causes:
+        raise errors.invalid(rt, name, causes)
+
+
+def validate_claim_status(rt: ResourceType, name: str, new: JSON) -> None:
+    """validateResourceClaimStatusUpdate's invariants for ``reservedFor``."""
+    status = new.get("status") or {}
+    causes: list[Cause] = []
+    reserved = status.get("reservedFor") or []
+    for i, ref in enumerate(reserved):
+        for key in ("resource", "name", "uid"):
+            if not (ref or {}).get(key):
+                causes.append(_required(f"status.reservedFor[{i}].{key}"))
+    if reserved and not status.get("allocation"):
+        causes.append(
+            (
+                "status.reservedFor",
+                "FieldValueForbidden",
+                "Forbidden: may not be specified when `allocated` is not set",
+            )
+        )
+    if causes:
+        raise errors.invalid(rt, name, causes)
+
+
+def validate_pod_claim_statuses(rt: ResourceType, name: str, new: JSON) -> None:
+    """validatePodResourceClaimStatuses: each entry names one of spec.resourceClaims, once."""
+    claims = {
+        c.get("name") for c in (new.get("spec") or {}).get("resourceClaims") or [] if isinstance(c, dict)
+    }
+    causes: list[Cause] = []
+    seen: set[str] = set()
+    for i, entry in enumerate((new.get("status") or {}).get("resourceClaimStatuses") or []):
+        claim = str((entry or {}).get("name", ""))
+        at = f"status.resourceClaimStatuses[{i}].name"
+        if claim not in claims:
+            causes.append(
+                (
+                    at,
+                    "FieldValueInvalid",
+                    f'Invalid value: "{claim}": must match the name of an entry in `spec.resourceClaims`',
+                )
+            )
+        if claim in seen:
+            causes.append((at, "FieldValueDuplicate", f'Duplicate value: "{claim}"'))
+        seen.add(claim)
+    if causes:
+        raise errors.invalid(rt, name, causes)
