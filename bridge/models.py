@@ -155,6 +155,8 @@ class PlacementRequest(Frozen):
     recovery: bool = False
     # Seconds a bound pod being deleted may take beyond its grace period before its job is released.
     deletion_slack_seconds: float = 60.0
+    # Continue-as-new beyond this many history events (Temporal's limit is 51,200; tests go lower).
+    history_events_limit: int = 2_000
     # What the starter saw of the pods (applied before run(): no start signal needed).
     events: list["PodEvent"] = Field(default_factory=list)
     # Set by continue-as-new: the placement goes on where it was.

@@ -59,8 +59,6 @@ STEP_BOUND = timedelta(minutes=5)
 STUCK_PAUSE = timedelta(minutes=1)
 # The safety re-check backs off while nothing changes: a bound pod costs a few actions a day.
 MAX_RECHECK = timedelta(hours=6)
-# Continue-as-new well before Temporal's limits (51,200 events), whatever the lifetime.
-HISTORY_EVENTS_LIMIT = 2_000
 
 
 @workflow.defn(name=WORKFLOW_TYPE)
@@ -413,9 +411,8 @@ class PlacementWorkflow(GroupMembers):
 
     async def _continue_as_new_if_long(self) -> None:
         info = workflow.info()
-        if not (
-            info.is_continue_as_new_suggested() or info.get_current_history_length() > HISTORY_EVENTS_LIMIT
-        ):
+        too_long = info.get_current_history_length() > self.request.history_events_limit
+        if not (too_long or info.is_continue_as_new_suggested()):
             return
         await workflow.wait_condition(workflow.all_handlers_finished)
         carry = PlacementCarry(

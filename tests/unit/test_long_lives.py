@@ -1,0 +1,128 @@
+"""A placement lives as long as its pods, with bounded history and cost.
+
+Time skipping (Temporal's, on the real dev server) runs 90 simulated days of a
+bound pod in seconds: the safety re-check backs off, the workflow continues-as-new
+with its state before its history grows large, and the pods' end still releases
+the job. The activities are stand-ins: this is about the workflow's own clockwork.
+"""
+
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from temporalio import activity
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.service import RPCError
+from temporalio.testing import TimeSkipper, TimeSkippingConfig
+from temporalio.worker import Worker
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_fixed
+
+from bridge import search_attributes as sa
+from bridge.models import (
+    BindInput,
+    BindResult,
+    JobEvent,
+    PlacementRequest,
+    PlacementState,
+    PodEvent,
+    PodRef,
+    Prepared,
+    PrepareInput,
+    ReleaseInput,
+)
+from workflows.placement import MAX_RECHECK, PlacementWorkflow
+
+POD = PodRef(namespace="team-a", name="notebook", uid="uid-1")
+RUNNING = JobEvent(job_id=7, states=["RUNNING"], nodes=["node-a"])
+
+
+class StandIns:
+    """The placement's activities, answering as a healthy cluster would, counting calls."""
+
+    def __init__(self) -> None:
+        self.checks = 0
+        self.released: list[ReleaseInput] = []
+
+    @activity.defn(name="prepare_and_submit")
+    async def prepare_and_submit(self, given: PrepareInput) -> Prepared:
+        return Prepared(submitted=True, pods=given.request.pods, job_id=7, partition="p", job=RUNNING)
+
+    @activity.defn(name="bind")
+    async def bind(self, given: BindInput) -> BindResult:
+        return BindResult(job=RUNNING, slurm_nodes=["node-a"], nodes=["node-a"])
+
+    @activity.defn(name="check_job")
+    async def check_job(self, job_id: int) -> JobEvent:
+        self.checks += 1
+        return RUNNING
+
+    @activity.defn(name="release")
+    async def release(self, given: ReleaseInput) -> None:
+        self.released.append(given)
+
+
+async def query_when_ready(handle: WorkflowHandle[Any, PlacementState]) -> PlacementState:
+    """The state query, once the run that continued-as-new has had its first workflow task."""
+    async for attempt in AsyncRetrying(
+        retry=retry_if_exception(lambda e: isinstance(e, RPCError) and "not scheduled yet" in str(e)),
+        wait=wait_fixed(0.2),
+        stop=stop_after_delay(30),
+        reraise=True,
+    ):
+        with attempt:
+            return await handle.query(PlacementWorkflow.current_state)
+    raise AssertionError("unreachable")
+
+
+async def test_a_pod_bound_for_ninety_days_keeps_a_bounded_history(temporal_client: Client) -> None:
+    task_queue = f"long-lives-{uuid.uuid4().hex[:8]}"
+    stand_ins = StandIns()
+    skipper = TimeSkipper(temporal_client, config=TimeSkippingConfig(enabled=False))
+    limit = 300  # events per run before continue-as-new (2,000 by default; lower here to see it happen)
+    request = PlacementRequest(
+        group="team-a/notebook",
+        namespace="team-a",
+        pods=[POD],
+        installation="test",
+        events=[PodEvent(pod=POD)],
+        history_events_limit=limit,
+    )
+    workflow_id = f"placement/test/team-a/notebook/{uuid.uuid4()}"
+    async with Worker(
+        temporal_client,
+        task_queue=task_queue,
+        workflows=[PlacementWorkflow],
+        activities=[stand_ins.prepare_and_submit, stand_ins.bind, stand_ins.check_job, stand_ins.release],
+    ):
+        handle = await skipper.client.start_workflow(
+            PlacementWorkflow.run, request, id=workflow_id, task_queue=task_queue
+        )
+        # The default re-check: every 10 minutes at first, backing off to every 6 hours while
+        # nothing changes, so a bound pod costs a few actions a day.
+        await skipper.fast_forward(handle, timedelta(days=90))
+
+        runs = [run async for run in temporal_client.list_workflows(f"WorkflowId = '{workflow_id}'")]
+        assert len(runs) > 1, "a long life continues as new"
+        assert sum(run.status == WorkflowExecutionStatus.RUNNING for run in runs) == 1
+        latest: WorkflowHandle[Any, PlacementState] = temporal_client.get_workflow_handle(
+            workflow_id, result_type=PlacementState
+        )
+        history = await latest.fetch_history()
+        assert len(history.events) <= limit + 20  # bounded, whatever the lifetime
+        state = await query_when_ready(latest)
+        assert (state.phase, state.job_id, state.nodes) == ("Bound", 7, ["node-a"])
+
+        # 90 days: a handful of checks while backing off from 10 min to 6 h, then 4 a day.
+        backing_off = 6
+        assert stand_ins.checks <= backing_off + 90 * (timedelta(days=1) / MAX_RECHECK) + 2
+
+        # The pod finishes: the run that holds the placement now releases the job, once.
+        await latest.signal(
+            PlacementWorkflow.pod_changed, PodEvent(pod=POD, phase="Succeeded", node_name="node-a")
+        )
+        result = await latest.result()
+        assert result.phase == "Done"
+        assert [r.cancel_job for r in stand_ins.released] == [True]
+        # The search attributes set at the start survive every continue-as-new.
+        described = await latest.describe()
+        assert described.typed_search_attributes.get(sa.PLACEMENT_PHASE) == "Bound"
