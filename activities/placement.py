@@ -27,22 +27,26 @@ from activities.errors import classified
 from activities.kube import BOUND_ELSEWHERE, KubeActivities
 from activities.kube_client import Json, KubeConflict, KubeNotFound, api_path
 from activities.slurm import SlurmActivities, job_event
-from activities.slurm_client import SlurmNotFound
+from activities.slurm_client import SlurmNotFound, SlurmRejected
 from bridge import keys
+from bridge.feasibility import excluded_slurm_nodes, group_feasibility
 from bridge.models import (
     BindInput,
     BindResult,
+    JobDescription,
     JobEvent,
     PlacementRequest,
     PodRef,
     Prepared,
     PrepareInput,
     ReleaseInput,
+    SubmitResult,
 )
 from bridge.pod_events import job_annotations
 from webhook.policy import managed_node_toleration, tolerates_managed_nodes
 
 log = logging.getLogger(__name__)
+INVALID_NODE_NAME = 2018  # Slurm: "Invalid node name specified"
 CAS_ATTEMPTS = 5  # a pod edited by others this often in a row: let the activity retry later
 
 
@@ -68,11 +72,18 @@ class PlacementActivities:
                 )
             pods.append(pod)
 
-        job = await self.kube.build_job(request, pods, excluded_nodes=None)
+        # No labelled bridge node at all (Slurm node names equal to Kubernetes ones, unlabelled):
+        # nothing to filter with, Slurm alone decides.
+        nodes = await self._bridge_nodes()
+        feasibility = group_feasibility(pods, nodes)
+        if nodes and feasibility.summary is not None:
+            if feasibility.summary != given.reported:
+                await self.kube.set_unschedulable(request.pods, "Unschedulable", feasibility.summary)
+                await self.kube.record_event(request.pods, "FailedScheduling", feasibility.summary, True)
+            return Prepared(submitted=False, pods=request.pods, unschedulable=feasibility.summary)
+        job = await self.kube.build_job(request, pods, excluded_nodes=excluded_slurm_nodes(feasibility))
         recovery = given.recovery or activity.info().attempt > 1
-        submitted = await self.slurm.submit_once(
-            job, given.placement_id, since=given.since, recovery=recovery
-        )
+        submitted = await self._submit(job, given.placement_id, since=given.since, recovery=recovery)
         by_key = {ref.key: ref for ref in request.pods}
         ordered = [by_key[key] for key in job.pod_keys if key in by_key]
         for ref in ordered:
@@ -94,6 +105,33 @@ class PlacementActivities:
             job=await self._read_job(submitted.job_id),
             annotations={pod["metadata"]["uid"]: job_annotations(pod) for pod in pods},
         )
+
+    async def _bridge_nodes(self) -> list[Json]:
+        """The nodes the bridge places on: registered by node sync, or running slurmd (mapped by label).
+
+        Selected by label, so the cost follows the bridge's nodes, not the cluster's.
+        """
+        nodes: dict[str, Json] = {}
+        for selector in (keys.LABEL_EXTERNAL_NODE, keys.LABEL_SLURM_NODE_NAME):
+            listed = await self.kube.kube.request("GET", api_path("nodes"), query={"labelSelector": selector})
+            nodes.update({node["metadata"]["name"]: node for node in listed.get("items", [])})
+        return list(nodes.values())
+
+    async def _submit(
+        self, job: JobDescription, placement_id: str, *, since: int, recovery: bool
+    ) -> SubmitResult:
+        """Submit; an exclusion naming a node Slurm does not know (not registered yet) is dropped."""
+        try:
+            return await self.slurm.submit_once(job, placement_id, since=since, recovery=recovery)
+        except ApplicationError as error:
+            rejected = error.__cause__
+            unknown_node = isinstance(rejected, SlurmRejected) and INVALID_NODE_NAME in rejected.error_numbers
+            if not (unknown_node and job.excluded_nodes):
+                raise
+        known = [name for name in job.excluded_nodes if await self.slurm.slurm.get_node(name) is not None]
+        log.info("excluded nodes unknown to Slurm dropped: %s", sorted(set(job.excluded_nodes) - set(known)))
+        job = job.model_copy(update={"excluded_nodes": known or None})
+        return await self.slurm.submit_once(job, placement_id, since=since, recovery=recovery)
 
     async def _claim(self, ref: PodRef, placement_id: str) -> Json | None:
         """Finalizer and placement annotation in one compare-and-swap; None if the pod is not placeable."""
@@ -237,7 +275,8 @@ class PlacementActivities:
         if len(pods) < len(request.pods):
             return annotations  # a pod is gone: the workflow ends the placement anyway
         try:
-            job = await self.kube.build_job(request, pods)
+            feasibility = group_feasibility(pods, await self._bridge_nodes())
+            job = await self.kube.build_job(request, pods, excluded_nodes=excluded_slurm_nodes(feasibility))
             await self.slurm.update_job(job_id, job)
         except ApplicationError as error:
             if not error.non_retryable:

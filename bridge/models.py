@@ -216,7 +216,9 @@ class SubmitResult(Frozen):
     created: bool  # False: an existing job for these pods was adopted
 
 
-Phase = Literal["Translating", "Submitted", "Pending", "Running", "Bound", "Cleaning", "Done", "Failed"]
+Phase = Literal[
+    "Translating", "Unschedulable", "Submitted", "Pending", "Running", "Bound", "Cleaning", "Done", "Failed"
+]
 
 
 class PhaseChange(Frozen):
@@ -247,6 +249,7 @@ class PrepareInput(Frozen):
     placement_id: str  # the Slurm job's comment
     since: int  # Unix seconds before which this placement cannot have submitted anything
     recovery: bool  # look for an existing job of this placement before submitting
+    reported: str = ""  # the unschedulable verdict the pods were last told (not told again)
 
 
 class Prepared(Frozen):
@@ -260,6 +263,9 @@ class Prepared(Frozen):
     job: JobEvent | None = None  # the job as read right after submission
     annotations: dict[str, str] = Field(default_factory=dict)  # uid → job annotations translated
     detail: str = ""  # why nothing was submitted
+    # No bridge node passes the pods' node rules (kube-scheduler's words): nothing submitted;
+    # the pods keep their claim and wait for the nodes to change.
+    unschedulable: str = ""
 
 
 class BindInput(Frozen):

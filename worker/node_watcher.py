@@ -7,6 +7,9 @@ change the plan count (labels and annotations the bridge reads,
 heartbeats). A burst of them (a cordon of a whole rack) becomes one
 trigger, `debounce` seconds after the first change.
 
+A trigger also tells the placements that no node could take (phase
+Unschedulable) to look again.
+
 A trigger asks the Schedule for one run with overlap BUFFER_ONE: a run already
 going may have read the nodes before this change, so one more run is queued
 after it (never more than one). A paused schedule is left paused: the watcher
@@ -22,8 +25,14 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities.kube_client import Json, KubeClient, api_path
 from bridge.node_facts import watch_signature
 from worker.informer import EventType, Informer, missing
+from workflows.placement import WORKFLOW_TYPE, PlacementWorkflow
 
 log = logging.getLogger(__name__)
+# Placements waiting because no bridge node passes their pods' node rules.
+UNSCHEDULABLE = (
+    f"WorkflowType = '{WORKFLOW_TYPE}' AND PlacementPhase = 'Unschedulable' AND ExecutionStatus = 'Running'"
+)
+MAX_WAKE = 10_000
 
 
 class NodeWatcher:
@@ -40,6 +49,7 @@ class NodeWatcher:
         self.synced = self.informer.synced  # set once the first full list is seen
         self.triggers = 0  # runs asked for
         self.paused_skips = 0  # changes not synced because the schedule was paused
+        self.wakes = 0  # unschedulable placements told that nodes changed
         self._signature: dict[str, str] = {}
         self._changed = asyncio.Event()
         self._missing_logged = False
@@ -77,10 +87,21 @@ class NodeWatcher:
             self._changed.clear()
             try:
                 await self._trigger()
+                await self._wake_unschedulable()
             except Exception as error:  # Temporal unreachable, say: this loop must outlive it
                 log.warning("could not trigger node sync (schedule %s): %s", self.schedule_id, error)
                 self._changed.set()  # the change still needs a run
                 await asyncio.sleep(5)
+
+    async def _wake_unschedulable(self) -> None:
+        """Placements that no node could take look again (once per burst of node changes)."""
+        async for execution in self.temporal.list_workflows(UNSCHEDULABLE, limit=MAX_WAKE):
+            try:
+                await self.temporal.get_workflow_handle(execution.id).signal(PlacementWorkflow.nodes_changed)
+            except RPCError as error:
+                if error.status != RPCStatusCode.NOT_FOUND:
+                    raise
+            self.wakes += 1
 
     async def _trigger(self) -> None:
         handle = self.temporal.get_schedule_handle(self.schedule_id)

@@ -103,6 +103,11 @@ class PlacementWorkflow(GroupMembers):
         self._changes += 1
 
     @workflow.signal
+    def nodes_changed(self) -> None:
+        """The bridge's nodes changed: an unschedulable placement looks again."""
+        self._changes += 1
+
+    @workflow.signal
     def set_recheck_interval(self, seconds: float) -> None:
         """Operators (and tests) may shorten the safety re-check."""
         self.recheck = self._recheck_interval = timedelta(seconds=max(seconds, 1.0))
@@ -175,16 +180,35 @@ class PlacementWorkflow(GroupMembers):
         info = workflow.info()
         # Not the first run of this placement (a reset, or a new generation): a job may exist already.
         recovery = self.request.recovery or info.run_id != info.first_execution_run_id
-        prepared = await self._step(
-            PlacementActivities.prepare_and_submit,
-            PrepareInput(
-                request=self.request.model_copy(update={"pods": self._pods(), "events": [], "carry": None}),
-                placement_id=self.placement_id(),
-                since=int(info.start_time.timestamp()),
-                recovery=recovery,
-            ),
-            summary=f"claim pods, translate, submit to Slurm ({len(self.members)} pods)",
-        )
+        reported = ""
+        while True:
+            seen = self._changes
+            prepared = await self._step(
+                PlacementActivities.prepare_and_submit,
+                PrepareInput(
+                    request=self._members_request(),
+                    placement_id=self.placement_id(),
+                    since=int(info.start_time.timestamp()),
+                    recovery=recovery,
+                    reported=reported,
+                ),
+                summary=f"claim pods, translate, submit to Slurm ({len(self.members)} pods)",
+            )
+            if prepared.submitted or not prepared.unschedulable:
+                break
+            # No node passes the pods' node rules: they keep their claim and wait for nodes to change.
+            if prepared.unschedulable != reported:
+                if not reported:
+                    workflow.upsert_search_attributes([sa.PLACEMENT_PHASE.value_set("Unschedulable")])
+                reported = prepared.unschedulable
+                self._set_phase("Unschedulable", reported)
+            await self._continue_as_new_if_long()
+            await self._wait(seen)
+            self._recheck_due = False
+            if self._live_members() != self._pods():
+                self._set_phase("Done", "a pod of the group went away while no node could take it")
+                await self._give_back("PlacementAbandoned", "a pod of the group was deleted before placement")
+                return False
         if not prepared.submitted:
             self._set_phase("Done", f"nothing to place: {prepared.detail}")
             return False
@@ -348,7 +372,7 @@ class PlacementWorkflow(GroupMembers):
         if not self._annotations_changed():
             return
         if pending:
-            request = self.request.model_copy(update={"pods": self._pods(), "events": [], "carry": None})
+            request = self._members_request()
             annotations = await self._step(
                 PlacementActivities.update_pending_job,
                 request,
@@ -517,6 +541,10 @@ class PlacementWorkflow(GroupMembers):
         await self._step(PlacementActivities.release, release, summary=f"release: {reason}", must_finish=True)
 
     # -- helpers ---------------------------------------------------------------------
+
+    def _members_request(self) -> PlacementRequest:
+        """The request as an activity needs it: today's members, without the start's baggage."""
+        return self.request.model_copy(update={"pods": self._pods(), "events": [], "carry": None})
 
     def _job_id(self) -> int:
         if self.state.job_id is None:

@@ -27,7 +27,10 @@ async def make_stack(
         partition = slurm_bed.make_partition(nodes=nodes, cpus=cpus, memory_mb=memory_mb)
         kube = FakeKubeServer().start()
         for name in partition.node_names:
-            kube.create_node(name, cpu=str(cpus), memory=f"{memory_mb}Mi")
+            # Labelled as node sync's nodes are: the bridge's node filters consider them.
+            kube.create_node(
+                name, cpu=str(cpus), memory=f"{memory_mb}Mi", labels={keys.LABEL_EXTERNAL_NODE: "true"}
+            )
         kubeconfig = kube.kubeconfig(tmp_path / f"kubeconfig-{len(stacks)}")
         settings = bed_settings(slurm_bed, kubeconfig, task_queue, partition=partition.name, **overrides)
         slurm = bed_client(slurm_bed)

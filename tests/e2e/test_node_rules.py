@@ -1,0 +1,155 @@
+"""Place only where Kubernetes will run it: node rules become `excluded_nodes`, on real Slurm.
+
+Slurm picks the node, but the kubelet decides whether the pod may run there. With
+two free nodes Slurm takes the first, so each test steers the pod to the second
+by a Kubernetes rule and checks that Slurm was told (`excluded_nodes`) and obeyed.
+"""
+
+from typing import Any
+
+import pytest
+
+from bridge import keys
+from tests.e2e.conftest import StackFactory
+from tests.e2e.harness import Pod, Stack, bound, finished_cleanly, job_id_of, make_pod
+
+pytestmark = pytest.mark.slurm
+
+
+def scheduled_condition(pod: Pod | None) -> dict[str, Any] | None:
+    conditions = ((pod or {}).get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c.get("type") == "PodScheduled"), None)
+
+
+def pod_with(stack: Stack, name: str, **spec: Any) -> Pod:
+    pod = make_pod(stack.namespace, name)
+    pod["spec"].update(spec)
+    return stack.kube.create_object("pods", pod)
+
+
+async def submitted_job(stack: Stack, pod: Pod) -> dict[str, Any]:
+    job_id = job_id_of(pod)
+    assert job_id is not None
+    return (await stack.slurm.get_job(job_id)).model_dump(mode="json")
+
+
+def excluded(job: dict[str, Any]) -> str:
+    return str(job.get("excluded_nodes") or "")
+
+
+async def finish(stack: Stack, name: str) -> None:
+    stack.kube.set_pod_phase(stack.namespace, name, "Succeeded")
+    await stack.wait_pod(name, finished_cleanly)
+
+
+async def test_node_selector_excludes_the_other_nodes(make_stack: StackFactory) -> None:
+    stack = await make_stack(nodes=2)
+    first, second = stack.partition.node_names
+    pod_with(stack, "picky", nodeSelector={"kubernetes.io/hostname": second})
+
+    pod = await stack.wait_pod("picky", bound)
+    assert bound(pod) == second
+    assert excluded(await submitted_job(stack, pod)) == first
+    await finish(stack, "picky")
+
+
+async def test_required_node_affinity_on_fields_and_labels(make_stack: StackFactory) -> None:
+    stack = await make_stack(nodes=2)
+    first, second = stack.partition.node_names
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": [first]}],
+                        "matchExpressions": [{"key": keys.LABEL_EXTERNAL_NODE, "operator": "Exists"}],
+                    }
+                ]
+            }
+        }
+    }
+    pod_with(stack, "affine", affinity=affinity)
+    pod = await stack.wait_pod("affine", bound)
+    assert bound(pod) == second
+    await finish(stack, "affine")
+
+
+async def test_an_untolerated_taint_keeps_slurm_off_the_node(make_stack: StackFactory) -> None:
+    stack = await make_stack(nodes=2)
+    first, second = stack.partition.node_names
+    stack.kube.update_object(
+        "nodes",
+        first,
+        lambda n: n["spec"].update(taints=[{"key": "gpu", "value": "a100", "effect": "NoSchedule"}]),
+    )
+    stack.create_pod("plain")
+    pod = await stack.wait_pod("plain", bound)
+    assert bound(pod) == second
+    assert excluded(await submitted_job(stack, pod)) == first
+    await finish(stack, "plain")
+
+
+async def test_no_feasible_node_waits_with_the_reason_until_a_node_fits(make_stack: StackFactory) -> None:
+    stack = await make_stack(nodes=2)
+    first, _ = stack.partition.node_names
+    pod_with(stack, "gpu-hungry", nodeSelector={"accelerator": "h100"})
+
+    pod = await stack.wait_pod(
+        "gpu-hungry", lambda p: (scheduled_condition(p) or {}).get("reason") == "Unschedulable"
+    )
+    message = (scheduled_condition(pod) or {})["message"]
+    assert message.startswith("0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector")
+    await stack.kube.wait_for_async(
+        lambda: any(e["reason"] == "FailedScheduling" for e in stack.events("gpu-hungry"))
+    )
+    assert job_id_of(pod) is None
+    assert not await stack.partition_jobs(), "nothing is submitted for a pod no node can take"
+
+    # A node gains the label: the node watcher wakes the placement, which submits at once.
+    stack.kube.update_object("nodes", first, lambda n: n["metadata"]["labels"].update(accelerator="h100"))
+    pod = await stack.wait_pod("gpu-hungry", bound)
+    assert bound(pod) == first
+    await finish(stack, "gpu-hungry")
+
+
+async def test_the_managed_node_toleration_is_added_before_binding(make_stack: StackFactory) -> None:
+    """Node sync taints bridge nodes NoExecute; without the webhook the worker adds the toleration.
+
+    The fake API server runs Kubernetes' taint manager: a pod bound there without
+    the toleration would be deleted at once.
+    """
+    stack = await make_stack(nodes=1)
+    (node,) = stack.partition.node_names
+    taint = {"key": keys.TAINT_MANAGED_NODE, "value": keys.DEFAULT_SCHEDULER_NAME, "effect": "NoExecute"}
+    stack.kube.update_object("nodes", node, lambda n: n["spec"].update(taints=[taint]))
+    stack.create_pod("untolerated")  # no webhook ran: no toleration in the spec
+
+    pod = await stack.wait_pod("untolerated", bound)
+    tolerations = pod["spec"].get("tolerations") or []
+    assert {
+        "key": keys.TAINT_MANAGED_NODE,
+        "operator": "Equal",
+        "value": keys.DEFAULT_SCHEDULER_NAME,
+        "effect": "NoExecute",
+    } in tolerations
+    stack.kube.settle()  # the taint manager has seen the binding
+    after = stack.pod("untolerated")
+    assert after is not None, "deleted by the taint manager"
+    assert not after["metadata"].get("deletionTimestamp"), "evicted by the taint manager"
+    await finish(stack, "untolerated")
+
+
+async def test_an_excluded_node_unknown_to_slurm_is_dropped_not_fatal(make_stack: StackFactory) -> None:
+    """A labelled Kubernetes node that node sync has not registered yet must not fail the job."""
+    stack = await make_stack(nodes=1)
+    (node,) = stack.partition.node_names
+    stack.kube.create_node("not-in-slurm-yet", labels={keys.LABEL_EXTERNAL_NODE: "true"})
+    stack.kube.update_object(
+        "nodes",
+        "not-in-slurm-yet",
+        lambda n: n["spec"].update(taints=[{"key": "maintenance", "effect": "NoSchedule"}]),
+    )
+    stack.create_pod("steady")
+    pod = await stack.wait_pod("steady", bound)
+    assert bound(pod) == node
+    await finish(stack, "steady")
