@@ -66,6 +66,13 @@ class PlacementActivities:
         for ref in request.pods:
             pod = await self._claim(ref, given.placement_id)
             if pod is None:
+                if given.recovery or activity.info().attempt > 1:
+                    # An earlier run or attempt may have submitted before the pods went away.
+                    for job_id in await self.slurm.live_jobs_of(given.placement_id, given.since):
+                        log.info(
+                            "cancelling Slurm job %s: its pods are gone", job_id, extra={"job_id": job_id}
+                        )
+                        await self.slurm.cancel_job(job_id)
                 await self._unclaim(request.pods)
                 return Prepared(
                     submitted=False, pods=request.pods, detail=f"pod {ref.key} is gone or finished"

@@ -146,6 +146,17 @@ class SlurmActivities:
                 return int(info["job_id"])
         return None
 
+    async def live_jobs_of(self, placement_id: str, since: int) -> list[int]:
+        """Live jobs whose comment is this placement id (a recovery path: one listing, counted)."""
+        self.recovery_listings += 1
+        jobs, _ = await self.slurm.list_jobs(update_time=max(since - 60, 0))
+        found = []
+        for candidate in jobs:
+            info = candidate.model_dump(mode="json")
+            if placement_of(info) == placement_id and is_live(job_event(info)):
+                found.append(int(info["job_id"]))
+        return found
+
     @activity.defn(name="update_job")
     async def update_job(self, job_id: int, job: JobDescription) -> None:
         """Apply a new description to a pending job (the bare job_desc_msg, as slurmrestd wants)."""

@@ -8,8 +8,15 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from bridge import grouping
 from bridge import search_attributes as sa
-from bridge.models import PlacementState, PodEvent, PodRef
-from worker.pod_watcher import group_workflow_id, solo_group, start_placement_workflow
+from bridge.models import GENERATION_SEPARATOR, PlacementState, PodRef, installation_of, workflow_id_of
+from bridge.pod_events import pod_event
+from worker.pod_watcher import (
+    DEFAULT_INSTALLATION,
+    claim_of,
+    group_workflow_id,
+    solo_group,
+    start_placement_workflow,
+)
 from workflows.placement import PlacementWorkflow
 
 
@@ -23,12 +30,28 @@ def pod_ref(pod: dict[str, Any]) -> PodRef:
 
 
 async def retry_placement(
-    client: Client, pod: dict[str, Any], task_queue: str, group: grouping.Group | None = None
+    client: Client,
+    pod: dict[str, Any],
+    task_queue: str,
+    group: grouping.Group | None = None,
+    *,
+    members: list[dict[str, Any]] | None = None,
+    installation: str = DEFAULT_INSTALLATION,
 ) -> str:
-    """Start a fresh placement run for a pod whose placement failed or was cancelled."""
+    """Start the placement of a pod's group again after it failed or was stopped.
+
+    The whole group is retried: the pods the failed placement claimed (`members`,
+    the group's pods as listed; default: this pod). The new run keeps the failed
+    placement's id and generation and looks for a job it may have left behind
+    (an operator who terminated a placement skipped its cleanup), so retrying
+    never submits a second job.
+    """
     ref = pod_ref(pod)
+    claim = claim_of(pod)
     group = group or solo_group(ref)
-    wid = group_workflow_id(group)
+    if claim is not None:
+        installation = installation_of(claim) or installation
+    wid = workflow_id_of(claim) if claim else group_workflow_id(group, installation)
     try:
         description = await client.get_workflow_handle(wid).describe()
     except RPCError as error:
@@ -39,11 +62,30 @@ async def retry_placement(
         raise RetryRefused(f"the placement of {ref.key} is still running; nothing to retry")
     if description is not None and description.status == WorkflowExecutionStatus.COMPLETED:
         raise RetryRefused(f"the placement of {ref.key} completed; a finished pod is not placed again")
-    if pod.get("spec", {}).get("nodeName") or pod["metadata"].get("deletionTimestamp"):
+    if not _placeable(pod):
         raise RetryRefused(f"pod {ref.key} is bound or being deleted; only pending pods can be placed")
-    event = PodEvent(pod=ref, phase=(pod.get("status") or {}).get("phase") or "Pending")
-    handle = await start_placement_workflow(client, event, group, task_queue, retry=True)
+    same = [p for p in (members or [pod]) if claim_of(p) == claim] or [pod]
+    placeable = [
+        pod_event(p)
+        for p in same
+        if not (p.get("spec") or {}).get("nodeName") and not p["metadata"].get("deletionTimestamp")
+    ]
+    generation = claim.rpartition(GENERATION_SEPARATOR)[2] if claim else ref.uid
+    handle = await start_placement_workflow(
+        client,
+        pod_event(pod),
+        group,
+        task_queue,
+        installation=installation,
+        generation=generation,
+        members=placeable,
+        retry=True,
+    )
     return handle.result_run_id or ""
+
+
+def _placeable(pod: dict[str, Any]) -> bool:
+    return not (pod.get("spec") or {}).get("nodeName") and not pod["metadata"].get("deletionTimestamp")
 
 
 @dataclass(frozen=True)

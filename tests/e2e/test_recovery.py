@@ -1,0 +1,131 @@
+"""Exactly one Slurm job per placement on every recovery path, on real Slurm.
+
+The normal path submits without looking (no listing of the cluster's jobs); the
+paths on which a job of the placement may already exist look first and adopt it:
+an activity attempt after the first, a workflow reset, an operator's retry.
+"""
+
+from typing import Any
+
+import pytest
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
+from tenacity import AsyncRetrying, stop_after_delay, wait_fixed
+
+from bridge.models import PlacementState
+from tests.e2e.conftest import StackFactory
+from tests.e2e.harness import Stack, bound, finished_cleanly, job_id_of
+from worker.operations import retry_placement
+from workflows.placement import PlacementWorkflow
+
+pytestmark = pytest.mark.slurm
+
+
+async def jobs_of(stack: Stack, pod: str) -> list[dict[str, Any]]:
+    """Every job Slurm has (or had, within MinJobAge) for the pod."""
+    return [j for j in await stack.partition_jobs() if f"{stack.namespace}/{pod}" in j["admin_comment"]]
+
+
+async def test_an_attempt_after_the_submission_adopts_the_job(make_stack: StackFactory) -> None:
+    stack = await make_stack(nodes=1)
+    # The first Event after the submission fails: the activity is tried again, after submitting.
+    stack.kube.fail_next("POST", r"/events$", 500)
+    stack.create_pod("flaky")
+
+    pod = await stack.wait_pod("flaky", bound)
+    assert [j["job_id"] for j in await jobs_of(stack, "flaky")] == [job_id_of(pod)]
+    messages = [e["message"] for e in stack.events("flaky") if e["reason"] == "SlurmJobSubmitted"]
+    assert messages == [
+        f"Slurm job {job_id_of(pod)} adopted (it already existed) in partition {stack.partition.name}"
+    ]
+
+    stack.kube.set_pod_phase(stack.namespace, "flaky", "Succeeded")
+    await stack.wait_pod("flaky", finished_cleanly)
+
+
+async def test_a_reset_placement_adopts_its_job(make_stack: StackFactory) -> None:
+    stack = await make_stack(nodes=1)
+    created = stack.create_pod("rewound")
+    pod = await stack.wait_pod("rewound", bound)
+    job_id = job_id_of(pod)
+    handle = stack.handle(created)
+    history = await handle.fetch_history()
+    first_task = next(
+        e.event_id for e in history.events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+    )
+
+    # An operator resets the placement to its first step: it runs prepare_and_submit again.
+    reset = await stack.temporal.workflow_service.reset_workflow_execution(
+        ResetWorkflowExecutionRequest(
+            namespace=stack.temporal.namespace,
+            workflow_execution=WorkflowExecution(workflow_id=handle.id),
+            reason="test: reset to the first workflow task",
+            workflow_task_finish_event_id=first_task,
+            request_id=f"reset-{handle.id}",
+        )
+    )
+    again = stack.temporal.get_workflow_handle(handle.id, run_id=reset.run_id, result_type=PlacementState)
+
+    # A query has no event to wait on: ask until the new run has bound again (bounded).
+    async for attempt in AsyncRetrying(wait=wait_fixed(0.2), stop=stop_after_delay(30), reraise=True):
+        with attempt:
+            state = await again.query(PlacementWorkflow.current_state)
+            assert (state.phase, state.job_id) == ("Bound", job_id)
+    assert [j["job_id"] for j in await jobs_of(stack, "rewound")] == [job_id]
+
+    stack.kube.set_pod_phase(stack.namespace, "rewound", "Succeeded")
+    await stack.wait_pod("rewound", finished_cleanly)
+    assert (await again.result()).phase == "Done"
+
+
+async def test_retry_after_a_terminated_placement_adopts_the_job_it_left(make_stack: StackFactory) -> None:
+    stack = await make_stack(nodes=1)
+    stack.create_pod("holder")
+    await stack.wait_pod("holder", bound)
+    created = stack.create_pod("waiting")
+    pending = job_id_of(await stack.wait_pod("waiting", job_id_of))
+
+    # Terminate skips every cleanup: the pending job, the finalizer and the claim stay.
+    await stack.handle(created).terminate(reason="test: an operator's terminate")
+    await retry_placement(stack.temporal, stack.pod("waiting") or {}, stack.settings.temporal_task_queue)
+
+    stack.kube.set_pod_phase(stack.namespace, "holder", "Succeeded")
+    pod = await stack.wait_pod("waiting", bound)
+    assert job_id_of(pod) == pending
+    assert [j["job_id"] for j in await jobs_of(stack, "waiting")] == [pending]
+
+    stack.kube.set_pod_phase(stack.namespace, "waiting", "Succeeded")
+    await stack.wait_pod("holder", finished_cleanly)
+    await stack.wait_pod("waiting", finished_cleanly)
+
+
+async def test_a_reset_run_whose_pods_finished_cancels_the_job_left_running(make_stack: StackFactory) -> None:
+    """Terminated while bound, the pod finished meanwhile: the reset run must not leave the job running."""
+    stack = await make_stack(nodes=1)
+    created = stack.create_pod("orphaned")
+    job_id = job_id_of(await stack.wait_pod("orphaned", bound))
+    handle = stack.handle(created)
+    await handle.terminate(reason="test: terminated while bound")
+    stack.kube.set_pod_phase(stack.namespace, "orphaned", "Succeeded")  # nobody is told
+
+    first_task = next(
+        e.event_id
+        for e in (await handle.fetch_history()).events
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+    )
+    reset = await stack.temporal.workflow_service.reset_workflow_execution(
+        ResetWorkflowExecutionRequest(
+            namespace=stack.temporal.namespace,
+            workflow_execution=WorkflowExecution(workflow_id=handle.id),
+            reason="test: reset after terminate",
+            workflow_task_finish_event_id=first_task,
+            request_id=f"reset-{handle.id}",
+        )
+    )
+    again = stack.temporal.get_workflow_handle(handle.id, run_id=reset.run_id, result_type=PlacementState)
+    assert (await again.result()).phase == "Done"
+    jobs = await jobs_of(stack, "orphaned")
+    assert [j["job_id"] for j in jobs] == [job_id]
+    assert "CANCELLED" in jobs[0]["job_state"]
+    await stack.wait_pod("orphaned", finished_cleanly)
