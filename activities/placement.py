@@ -24,8 +24,8 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.errors import classified
-from activities.kube import BOUND_ELSEWHERE, KubeActivities
-from activities.kube_client import Json, KubeConflict, KubeNotFound, api_path
+from activities.kube import BOUND_ELSEWHERE, KubeActivities, now
+from activities.kube_client import Json, KubeConflict, KubeError, KubeNotFound, api_path
 from activities.slurm import SlurmActivities, job_event
 from activities.slurm_client import SlurmNotFound, SlurmRejected
 from bridge import keys
@@ -46,6 +46,7 @@ from bridge.pod_events import job_annotations
 from webhook.policy import managed_node_toleration, tolerates_managed_nodes
 
 log = logging.getLogger(__name__)
+TOO_MANY_REQUESTS = 429  # what an eviction a PodDisruptionBudget forbids answers
 INVALID_NODE_NAME = 2018  # Slurm: "Invalid node name specified"
 CAS_ATTEMPTS = 5  # a pod edited by others this often in a row: let the activity retry later
 
@@ -247,17 +248,72 @@ class PlacementActivities:
 
     @activity.defn(name="release")
     @classified
-    async def release(self, given: ReleaseInput) -> None:
-        """Tell the pods why, give back the Slurm job or the pods, then drop the finalizer."""
+    async def release(self, given: ReleaseInput) -> list[str]:
+        """Tell the pods why, give back the Slurm job or the pods, then drop the finalizer.
+
+        Returns the pods a PodDisruptionBudget kept from being evicted ("ns/name");
+        the workflow tries again later, and deletes them once its patience is spent.
+        """
         if given.condition:
             await self.kube.set_unschedulable(given.pods, given.reason, given.message)
         if given.cancel_job and given.job_id is not None:
             await self.slurm.cancel_job(given.job_id)
+        blocked = []
         if given.remove_pods:
-            await self.kube.delete_pods(given.pods, given.reason, given.message)
+            for ref in given.pods:
+                if not await self._evict(ref, given.reason, given.message, force=given.force_delete):
+                    blocked.append(ref.key)
         else:
             await self.kube.record_event(given.pods, given.reason, given.message, given.warning)
         await self.kube.remove_finalizer(given.pods)
+        return blocked
+
+    async def _evict(self, ref: PodRef, reason: str, message: str, *, force: bool) -> bool:
+        """Evict the pod (grace period and budgets honoured), saying why; False while a budget blocks it."""
+        pod = await self.kube.read_pod(ref)
+        if pod is None:
+            return True
+        conditions = (pod.get("status") or {}).get("conditions") or []
+        told = any(c.get("type") == keys.CONDITION_SLURM_JOB_ENDED for c in conditions)
+        if not told:
+            # The bridge's reason, in a condition of its own: eviction overwrites DisruptionTarget.
+            condition = {
+                "type": keys.CONDITION_SLURM_JOB_ENDED,
+                "status": "True",
+                "reason": reason,
+                "message": message[:1024],
+                "lastTransitionTime": now(),
+            }
+            await self._patch(ref, {"status": {"conditions": [condition]}}, subresource="status")
+            await self.kube._event(ref, reason, message, True)
+        if pod["metadata"].get("deletionTimestamp"):
+            return True  # already going
+        path = api_path("pods", namespace=ref.namespace, name=ref.name)
+        try:
+            if force:
+                await self.kube._event(
+                    ref,
+                    "DisruptionBudgetOverridden",
+                    "a PodDisruptionBudget blocked the eviction longer than the bridge waits; deleting",
+                    True,
+                )
+                body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": ref.uid}}
+                await self.kube.kube.request("DELETE", path, body=body)
+                return True
+            eviction = {
+                "apiVersion": "policy/v1",
+                "kind": "Eviction",
+                "metadata": {"name": ref.name, "namespace": ref.namespace},
+                "deleteOptions": {"preconditions": {"uid": ref.uid}},
+            }
+            await self.kube.kube.request("POST", f"{path}/eviction", body=eviction)
+        except (KubeNotFound, KubeConflict):
+            return True  # gone, or a namesake
+        except KubeError as error:
+            if error.status == TOO_MANY_REQUESTS:
+                return False  # a PodDisruptionBudget says not now
+            raise
+        return True
 
     # -- smaller steps -----------------------------------------------------------
 
@@ -317,9 +373,9 @@ class PlacementActivities:
         except SlurmNotFound:
             return JobEvent(job_id=job_id, states=[], gone=True)
 
-    async def _patch(self, ref: PodRef, patch: Json) -> None:
+    async def _patch(self, ref: PodRef, patch: Json, *, subresource: str | None = None) -> None:
         try:
-            await self.kube._patch_pod(ref, patch)
+            await self.kube._patch_pod(ref, patch, subresource=subresource)
         except (KubeNotFound, KubeConflict):
             log.info("pod %s gone before it could be updated", ref.key)
 

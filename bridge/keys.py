@@ -37,6 +37,9 @@ SUPPORTED_DRA_CLASSES: Final = frozenset({DRA_CPU_CLASS, "gpu.nvidia.com", "gpu.
 # The pod condition the bridge writes while a pod waits for (or fails) placement,
 # the one kube-scheduler writes too, so `kubectl describe` shows it where users look.
 CONDITION_POD_SCHEDULED: Final = "PodScheduled"
+# Bridge-owned pod condition: why the pod's Slurm job ended (PreemptedBySlurm, SlurmTimeLimit, …).
+# Its own type, because an eviction overwrites DisruptionTarget with EvictionByEvictionAPI.
+CONDITION_SLURM_JOB_ENDED: Final = "SlurmJobEnded"
 
 # Slurm job flag that makes a placeholder job no slurmd ever launches.
 EXTERNAL_JOB_FLAG: Final = "EXTERNAL_JOB"

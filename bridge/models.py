@@ -155,6 +155,8 @@ class PlacementRequest(Frozen):
     recovery: bool = False
     # Seconds a bound pod being deleted may take beyond its grace period before its job is released.
     deletion_slack_seconds: float = 60.0
+    # How long a PodDisruptionBudget may block the eviction of pods whose job ended before they are deleted.
+    eviction_patience_seconds: float = 300.0
     # Continue-as-new beyond this many history events (Temporal's limit is 51,200; tests go lower).
     history_events_limit: int = 2_000
     # What the starter saw of the pods (applied before run(): no start signal needed).
@@ -211,6 +213,27 @@ class JobEvent(Frozen):
         return f"{state} ({self.reason})" if self.reason and self.reason != "None" else state
 
 
+# Why a job ended, as the pod's Event and condition say it (and `slurm-bridge status`).
+END_REASONS = {
+    "PREEMPTED": ("PreemptedBySlurm", "preempted by Slurm for higher-priority work"),
+    "TIMEOUT": ("SlurmTimeLimit", "reached its Slurm time limit"),
+    "DEADLINE": ("SlurmTimeLimit", "reached its Slurm deadline"),
+    "CANCELLED": ("SlurmJobCancelled", "cancelled in Slurm"),
+    "NODE_FAIL": ("SlurmNodeFailure", "lost its node in Slurm"),
+    "BOOT_FAIL": ("SlurmNodeFailure", "could not boot its node in Slurm"),
+}
+
+
+def end_reason(job: JobEvent) -> tuple[str, str]:
+    """(reason, words) for a job that ended while its pods ran: PreemptedBySlurm, SlurmTimeLimit, …"""
+    if job.gone:
+        return "SlurmJobGone", "is no longer known to Slurm"
+    for state in job.states:
+        if state in END_REASONS:
+            return END_REASONS[state]
+    return "SlurmJobEnded", f"ended in Slurm ({job.summary})"
+
+
 class SubmitResult(Frozen):
     job_id: int
     created: bool  # False: an existing job for these pods was adopted
@@ -236,8 +259,10 @@ class PlacementState(BaseModel):
     job_id: int | None = None
     job_state: str = ""
     pending_reason: str = ""
-    nodes: list[str] = Field(default_factory=list)
+    nodes: list[str] = Field(default_factory=list)  # Slurm node names, as allocated
+    kube_nodes: list[str] = Field(default_factory=list)  # the Kubernetes nodes the pods are bound to
     failure: str = ""
+    end_reason: str = ""  # why the job ended under running pods (PreemptedBySlurm, SlurmTimeLimit, …)
     history: list[PhaseChange] = Field(default_factory=list)
 
 
@@ -291,6 +316,8 @@ class ReleaseInput(Frozen):
     remove_pods: bool = False  # the job ended: the pods must go
     warning: bool = False
     condition: bool = False  # also PodScheduled=False with reason and message (a failed placement)
+    # With remove_pods: delete instead of evict (a PodDisruptionBudget blocked eviction for too long).
+    force_delete: bool = False
 
 
 class PlacementCarry(BaseModel):

@@ -38,6 +38,7 @@ from activities.nodes import NodeActivities
 from activities.placement import PlacementActivities
 from activities.slurm import SlurmActivities
 from activities.slurm_client import SlurmClient
+from activities.sweep import SweepActivities
 from bridge import search_attributes as sa
 from bridge.translate import Defaults
 from worker.job_registry import LiveJobs
@@ -45,11 +46,12 @@ from worker.job_watcher import JobWatcher
 from worker.metrics import slurm_observer
 from worker.node_watcher import NodeWatcher
 from worker.pod_watcher import PodWatcher
-from worker.schedules import NODE_SYNC_SCHEDULE_ID, ensure_node_sync_schedule
+from worker.schedules import NODE_SYNC_SCHEDULE_ID, ensure_node_sync_schedule, ensure_sweep_schedule
 from worker.settings import TemporalSettings, WorkerSettings
 from workflows.node_sync import NodeSyncWorkflow
 from workflows.placement import PlacementWorkflow
 from workflows.placement_v1 import PlacementWorkflowV1
+from workflows.sweep import SweepWorkflow
 
 log = logging.getLogger(__name__)
 
@@ -306,10 +308,13 @@ class Bridge:
         slurm_activities = SlurmActivities(self.slurm)
         placement_activities = PlacementActivities(kube_activities, slurm_activities)
         node_activities = NodeActivities(self.kube, self.slurm, scheduler_name=s.scheduler_name)
+        sweep_activities = SweepActivities(
+            kube_activities, self.slurm, self.temporal, installation=s.installation_id
+        )
         self.worker = Worker(
             self.temporal,
             task_queue=s.temporal_task_queue,
-            workflows=[PlacementWorkflow, PlacementWorkflowV1, NodeSyncWorkflow],
+            workflows=[PlacementWorkflow, PlacementWorkflowV1, NodeSyncWorkflow, SweepWorkflow],
             activities=[
                 *placement_activities.all(),
                 # The v1 steps: placements started before the placement-v2 patch still run them.
@@ -328,6 +333,8 @@ class Bridge:
                 slurm_activities.cancel_job,
                 node_activities.read_node_snapshot,
                 node_activities.apply_node_actions,
+                sweep_activities.scan,
+                sweep_activities.heal,
             ],
             max_concurrent_activities=s.temporal_max_concurrent_activities,
             max_concurrent_workflow_tasks=s.temporal_max_concurrent_workflow_tasks,
@@ -342,6 +349,7 @@ class Bridge:
             installation=s.installation_id,
             jobs=self.live_jobs,
             deletion_slack_seconds=s.deletion_slack,
+            eviction_patience_seconds=s.eviction_patience,
         )
         self.job_watcher = JobWatcher(
             self.slurm,
@@ -399,4 +407,5 @@ async def run_worker(settings: WorkerSettings) -> None:
             settings.scheduler_name,
         )
         await ensure_node_sync_schedule(temporal, settings)
+        await ensure_sweep_schedule(temporal, settings)
         await Bridge(temporal, kube, slurm, settings).run()

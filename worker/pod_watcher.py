@@ -123,6 +123,7 @@ class PodWatcher:
         installation: str = DEFAULT_INSTALLATION,
         jobs: LiveJobs | None = None,
         deletion_slack_seconds: float = 60.0,
+        eviction_patience_seconds: float = 300.0,
     ) -> None:
         self.kube = kube
         self.temporal = temporal
@@ -131,6 +132,7 @@ class PodWatcher:
         self.installation = installation
         self.jobs = jobs if jobs is not None else LiveJobs()
         self.deletion_slack_seconds = deletion_slack_seconds
+        self.eviction_patience_seconds = eviction_patience_seconds
         self.synced = asyncio.Event()  # set once the first full list has been handled
         self.starts = 0  # placements started (for the benchmark and metrics)
         self.signals = 0  # pod_changed signals delivered
@@ -271,6 +273,7 @@ class PodWatcher:
                 self.task_queue,
                 installation=self.installation,
                 deletion_slack_seconds=self.deletion_slack_seconds,
+                eviction_patience_seconds=self.eviction_patience_seconds,
             )
             self.starts += 1
             return
@@ -293,6 +296,7 @@ async def start_placement_workflow(
     *,
     installation: str = DEFAULT_INSTALLATION,
     deletion_slack_seconds: float = 60.0,
+    eviction_patience_seconds: float = 300.0,
     generation: str | None = None,
     members: list[PodEvent] | None = None,
     retry: bool = False,
@@ -318,6 +322,7 @@ async def start_placement_workflow(
         generation=generation or pod.uid,
         recovery=retry,
         deletion_slack_seconds=deletion_slack_seconds,
+        eviction_patience_seconds=eviction_patience_seconds,
         events=events,
     )
     try:

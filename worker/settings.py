@@ -150,9 +150,27 @@ class WorkerSettings(TemporalSettings):
     deletion_slack: float = Field(
         60.0, ge=0, le=86400, validation_alias=env("DELETION_SLACK", "deletion_slack")
     )
+    # Pods whose Slurm job ended are evicted; a PodDisruptionBudget may hold an eviction back
+    # this long, then the pods are deleted (with an Event saying so).
+    eviction_patience: float = Field(
+        300.0, ge=0, le=86400, validation_alias=env("EVICTION_PATIENCE", "eviction_patience")
+    )
     node_sync_interval: float = Field(
         30.0, ge=1, le=86400, validation_alias=env("NODE_SYNC_INTERVAL", "node_sync_interval")
     )
+    # The orphan sweep's Temporal Schedule (docs/operations.md, "The sweep"); 0 = no sweep.
+    # Each run lists every Slurm job once, so not more often than once a minute.
+    sweep_interval: float = Field(
+        600.0, ge=0, le=86400, validation_alias=env("SWEEP_INTERVAL", "sweep_interval")
+    )
+
+    @field_validator("sweep_interval")
+    @classmethod
+    def _off_or_a_minute_at_least(cls, value: float) -> float:
+        if 0 < value < 60:
+            raise ValueError("must be 0 (no sweep) or at least 60 seconds")
+        return value
+
     metrics_port: int = Field(9464, ge=0, le=65535, validation_alias=env("METRICS_PORT", "metrics_port"))
     # Temporal worker tuning, passed to temporalio.worker.Worker as is. The
     # defaults are the SDK's; the cache (workflows kept in memory between

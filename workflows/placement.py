@@ -45,6 +45,7 @@ with workflow.unsafe.imports_passed_through():
         PodRef,
         PrepareInput,
         ReleaseInput,
+        end_reason,
     )
     from workflows.members import GroupMembers, PlacementFailed
 
@@ -57,6 +58,7 @@ ATTEMPT_TIMEOUT = timedelta(seconds=60)
 # How long one step may keep failing before the user is told; then it is tried again.
 STEP_BOUND = timedelta(minutes=5)
 STUCK_PAUSE = timedelta(minutes=1)
+EVICTION_RETRY = timedelta(seconds=10)
 # The safety re-check backs off while nothing changes: a bound pod costs a few actions a day.
 MAX_RECHECK = timedelta(hours=6)
 
@@ -289,7 +291,8 @@ class PlacementWorkflow(GroupMembers):
 
     def _bound(self, result: BindResult) -> None:
         self.slurm_nodes = result.slurm_nodes
-        self.state.nodes = result.nodes
+        self.state.nodes = result.slurm_nodes
+        self.state.kube_nodes = result.nodes
         self.state.pending_reason = ""
         self._set_phase("Bound", f"Slurm job {result.job.job_id} on {', '.join(result.slurm_nodes)}")
         # The one upsert of a placement: what an operator searches for once pods run.
@@ -499,15 +502,23 @@ class PlacementWorkflow(GroupMembers):
         self._set_phase("Done", f"pods finished; Slurm job {job_id} cancelled")
 
     async def _job_done(self, job: JobEvent) -> None:
-        self._set_phase("Cleaning", f"Slurm job {job.job_id} ended ({job.summary}); removing pods")
+        """The job ended under running pods: evict them, saying why (PreemptedBySlurm, SlurmTimeLimit, …)."""
+        reason, words = end_reason(job)
+        message = f"Slurm job {job.job_id} {words} ({job.summary}); evicting the pod"
         self.state.job_state = job.summary
-        await self._give_back(
-            "SlurmJobEnded",
-            f"Slurm job {job.job_id} is no longer running ({job.summary}); deleting the pod",
-            remove_pods=True,
-            warning=True,
-        )
-        self._set_phase("Done", f"Slurm job {job.job_id} ended ({job.summary}); pods deleted")
+        self.state.end_reason = reason
+        self._set_phase("Cleaning", message)
+        # A PodDisruptionBudget may block the eviction: honoured for a while, then the pods are deleted.
+        patience = timedelta(seconds=self.request.eviction_patience_seconds)
+        started = workflow.now()
+        blocked: list[str] = await self._give_back(reason, message, remove_pods=True, warning=True)
+        while blocked:
+            await workflow.sleep(EVICTION_RETRY, summary=f"a disruption budget blocks {', '.join(blocked)}")
+            force = workflow.now() - started >= patience
+            blocked = await self._give_back(
+                reason, message, remove_pods=True, warning=True, force_delete=force
+            )
+        self._set_phase("Done", f"Slurm job {job.job_id} {words} ({job.summary}); pods evicted")
 
     async def _fail(self, message: str, reason: str) -> None:
         """Tell the user on the pod, release everything, and fail the workflow for good."""
@@ -526,7 +537,8 @@ class PlacementWorkflow(GroupMembers):
         remove_pods: bool = False,
         warning: bool = False,
         condition: bool = False,
-    ) -> None:
+        force_delete: bool = False,
+    ) -> list[str]:
         release = ReleaseInput(
             pods=self._pods(),
             reason=reason,
@@ -536,9 +548,13 @@ class PlacementWorkflow(GroupMembers):
             remove_pods=remove_pods,
             warning=warning,
             condition=condition,
+            force_delete=force_delete,
         )
         # Never end while holding a job or a finalizer: this step is tried until it succeeds.
-        await self._step(PlacementActivities.release, release, summary=f"release: {reason}", must_finish=True)
+        blocked: list[str] = await self._step(
+            PlacementActivities.release, release, summary=f"release: {reason}", must_finish=True
+        )
+        return blocked
 
     # -- helpers ---------------------------------------------------------------------
 

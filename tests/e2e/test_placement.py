@@ -136,11 +136,19 @@ async def test_cancelled_job_removes_the_pod_with_an_event(make_stack: StackFact
     await stack.slurm.cancel_job(job_id)  # what `scancel` does
 
     await stack.wait_pod("victim", lambda p: p is None or p["metadata"].get("deletionTimestamp"))
-    events = [e for e in stack.events("victim") if e["reason"] == "SlurmJobEnded"]
-    assert events, "the pod got no event saying why it was deleted"
-    assert f"Slurm job {job_id} is no longer running (CANCELLED" in events[0]["message"]
+    events = [e for e in stack.events("victim") if e["reason"] == "SlurmJobCancelled"]
+    assert events, "the pod got no event saying why it was evicted"
+    assert events[0]["message"].startswith(f"Slurm job {job_id} cancelled in Slurm (CANCELLED")
+    # Evicted through the Eviction API (grace period and budgets honoured), the reason kept on the pod.
+    assert any(r.method == "POST" and r.path.endswith("/victim/eviction") for r in stack.kube.requests)
+    # Terminating (no kubelet confirms here): the bridge's reason survives the eviction's own condition.
+    conditions = {c["type"]: c for c in (stack.pod("victim") or {}).get("status", {}).get("conditions", [])}
+    assert conditions["SlurmJobEnded"]["reason"] == "SlurmJobCancelled"
+    assert conditions["DisruptionTarget"]["reason"] == "EvictionByEvictionAPI"
     result = await stack.handle(created).result()
-    assert result.phase == "Done"
+    assert (result.phase, result.end_reason) == ("Done", "SlurmJobCancelled")
+    status = await slurm_bridge(stack, "status", f"{stack.namespace}/victim", "--json")
+    assert status["end_reason"] == "SlurmJobCancelled"
 
 
 async def test_rejected_job_is_visible_on_the_pod_and_retry_after_fix_places_it(
@@ -234,7 +242,7 @@ async def test_time_limit_removes_the_pod(make_stack: StackFactory, limit_minute
     await stack.wait_pod("short", bound)
     # Slurm enforces time limits on its own schedule (about 30 s granularity).
     await stack.wait_pod("short", lambda p: p is None or p["metadata"].get("deletionTimestamp"), timeout=150)
-    events = [e for e in stack.events("short") if e["reason"] == "SlurmJobEnded"]
+    events = [e for e in stack.events("short") if e["reason"] == "SlurmTimeLimit"]
     assert "TIMEOUT" in events[0]["message"]
     assert (await stack.handle(created).result()).phase == "Done"
 

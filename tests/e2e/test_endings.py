@@ -1,0 +1,61 @@
+"""How a placement ends when things are not tidy, on real Slurm.
+
+- A PodDisruptionBudget blocks the eviction of a pod whose job ended: honoured for
+  EVICTION_PATIENCE, then the pod is deleted with an Event saying so.
+- A bound pod being deleted whose kubelet never confirms (its node is gone): after
+  its grace period plus DELETION_SLACK the Slurm job is released, with an Event.
+"""
+
+import asyncio
+
+import pytest
+
+from tests.e2e.conftest import StackFactory
+from tests.e2e.harness import bound, job_id_of
+
+pytestmark = pytest.mark.slurm
+
+
+async def test_a_disruption_budget_is_honoured_for_a_while_then_overridden(make_stack: StackFactory) -> None:
+    stack = await make_stack(nodes=1, eviction_patience=2)
+    created = stack.create_pod("guarded")
+    job_id = job_id_of(await stack.wait_pod("guarded", bound))
+    assert job_id is not None
+    stack.kube.block_evictions()  # every eviction answers 429, as a PodDisruptionBudget at its limit does
+
+    await stack.slurm.cancel_job(job_id)
+    await stack.wait_pod("guarded", lambda p: p is None or p["metadata"].get("deletionTimestamp"), timeout=60)
+    evictions = [
+        r for r in stack.kube.requests if r.method == "POST" and r.path.endswith("/guarded/eviction")
+    ]
+    assert evictions, "the bridge evicts; it deletes only once the budget held it back too long"
+    reasons = [e["reason"] for e in stack.events("guarded")]
+    assert "SlurmJobCancelled" in reasons
+    assert "DisruptionBudgetOverridden" in reasons
+    assert (await stack.handle(created).result()).end_reason == "SlurmJobCancelled"
+
+
+async def test_a_pod_stuck_terminating_releases_its_job(make_stack: StackFactory) -> None:
+    stack = await make_stack(nodes=1, deletion_slack=1)
+    created = stack.create_pod("stranded")
+    pod = await stack.wait_pod("stranded", bound)
+    job_id = job_id_of(pod)
+    assert job_id is not None
+
+    # Deleted with a short grace period; no kubelet ever confirms (the fake runs none here).
+    stack.kube.update_object(
+        "pods",
+        "stranded",
+        lambda p: p["spec"].update(terminationGracePeriodSeconds=1),
+        stack.namespace,
+    )
+    stack.kube.delete_object("pods", "stranded", stack.namespace)
+    async with asyncio.timeout(60):  # grace 1 s + slack 1 s, and Slurm's cancel
+        result = await stack.handle(created).result()
+    assert result.phase == "Done"
+    job = (await stack.slurm.get_job(job_id)).model_dump(mode="json")
+    assert "CANCELLED" in job["job_state"]
+    released = [e for e in stack.events("stranded") if e["reason"] == "SlurmJobReleased"]
+    assert released, "the user is told the allocation was released under a pod that may still run"
+    assert "a process may still run" in released[0]["message"]
+    await stack.wait_pod("stranded", lambda p: p is None)  # the finalizer is gone: the deletion completes
