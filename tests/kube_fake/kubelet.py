@@ -9,9 +9,10 @@ Behaviour, deliberately small:
 * with annotation ``kube-fake.slurm-bridge.dev/run-seconds: "N"`` it finishes
   N seconds after it started: ``Succeeded`` (exit code 0), or ``Failed`` when
   ``kube-fake.slurm-bridge.dev/exit-code`` is non-zero;
-* deletion is not acted on: no container kill, no grace period, no status
-  change.  The object disappears when its finalizers are gone (or at once
-  without finalizers), which is all the bridge observes.
+* deletion of a pod on one of its nodes is confirmed at once (a delete with
+  grace 0, as a kubelet does once containers stopped): the object disappears
+  when its finalizers are gone. Without this kubelet (the default) a bound pod
+  stays Terminating, as on a node whose kubelet is gone.
 
 It runs in its own thread and reacts to store changes (condition variable),
 waking early only for the next run-seconds deadline.
@@ -150,9 +151,15 @@ class FakeKubelet:
         next_due: float | None = None
         for pod in self.store.snapshot(self.pods, None):
             meta: dict[str, Any] = pod["metadata"]
-            if meta.get("deletionTimestamp"):
-                continue
             spec, status = pod.get("spec") or {}, pod.get("status") or {}
+            if meta.get("deletionTimestamp"):
+                # It stops the containers at once and confirms: a delete with grace 0.
+                node_known = self.store.peek(self.nodes, None, spec.get("nodeName") or "") is not None
+                if node_known and int(meta.get("deletionGracePeriodSeconds") or 0) > 0:
+                    self.store.delete(
+                        self.pods, meta.get("namespace"), meta["name"], {"gracePeriodSeconds": 0}
+                    )
+                continue
             phase, node_name = status.get("phase"), spec.get("nodeName")
             if phase == "Pending" and node_name:
                 node = self.store.peek(self.nodes, None, node_name)

@@ -7,6 +7,9 @@ Semantics mirror the generic registry store of kube-apiserver backed by etcd:
 * a write carrying a stale ``metadata.resourceVersion`` is a 409 Conflict;
 * DELETE of an object with finalizers only sets ``deletionTimestamp``; the
   write that empties ``finalizers`` removes it (a single DELETED event);
+* a bound pod is deleted gracefully: it stays Terminating (finalizers or not)
+  until its kubelet confirms — a terminal phase, or a delete with grace 0 —
+  as on a real cluster, where a pod on a dead node stays until forced;
 * the event log is bounded; watching from before its start is 410 Expired.
 
 Everything is guarded by one re-entrant lock whose condition variable is
@@ -249,7 +252,7 @@ class Store:
             if new == old:
                 return clone(old)  # no-op write: no new resourceVersion, no event
             m = meta(new)
-            if m.get("deletionTimestamp") and not m.get("finalizers"):
+            if m.get("deletionTimestamp") and not m.get("finalizers") and not _awaits_kubelet(rt, new):
                 return self._commit(rt, ns, name, new, old, "DELETED")
             return self._commit(rt, ns, name, new, old, "MODIFIED")
 
@@ -332,15 +335,25 @@ class Store:
                         f"Precondition failed: {label} in precondition: {pre[key]}, "
                         f"{label} in object meta: {om.get(key)}",
                     )
-            if om.get("finalizers"):
-                if om.get("deletionTimestamp"):
+            bound_pod = rt.key == ("", "pods") and bool((old.get("spec") or {}).get("nodeName"))
+            grace = 0
+            if bound_pod:
+                # A bound pod is deleted gracefully: its kubelet stops it, then confirms
+                # (a terminal phase, or its own delete with grace 0). Unbound pods go at once.
+                grace = int(
+                    opts.get("gracePeriodSeconds", old["spec"].get("terminationGracePeriodSeconds", 30))
+                )
+            terminating = bool(om.get("deletionTimestamp"))
+            if terminating:
+                if not (bound_pod and grace == 0):
                     return clone(old)
+                if om.get("finalizers"):  # forced: gone as soon as the finalizers are
+                    new = clone(old)
+                    meta(new)["deletionGracePeriodSeconds"] = 0
+                    return self._commit(rt, ns, name, new, old, "MODIFIED")
+                # The kubelet's confirmation (or a force delete): removed below.
+            elif om.get("finalizers") or (bound_pod and grace > 0 and not _terminal(old)):
                 new = clone(old)
-                grace = 0
-                if rt.key == ("", "pods") and (new.get("spec") or {}).get("nodeName"):
-                    grace = int(
-                        opts.get("gracePeriodSeconds", new["spec"].get("terminationGracePeriodSeconds", 30))
-                    )
                 m = meta(new)
                 m["deletionTimestamp"] = now_rfc3339(grace)
                 m["deletionGracePeriodSeconds"] = grace
@@ -397,3 +410,18 @@ class Store:
                 if remaining <= 0:
                     raise TimeoutError(f"kube_fake: condition not met within {timeout}s")
                 self.cond.wait(remaining)
+
+
+def _terminal(pod: JSON) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def _awaits_kubelet(rt: ResourceType, obj: JSON) -> bool:
+    """A bound pod in graceful termination stays until its kubelet confirms it stopped.
+
+    The kubelet confirms by reporting a terminal phase (then deleting with grace 0);
+    a delete with gracePeriodSeconds=0 (force) sets deletionGracePeriodSeconds to 0.
+    """
+    if rt.key != ("", "pods") or not (obj.get("spec") or {}).get("nodeName"):
+        return False
+    return int(meta(obj).get("deletionGracePeriodSeconds") or 0) > 0 and not _terminal(obj)

@@ -107,3 +107,35 @@ def test_non_pod_delete_returns_status(api_client: Client) -> None:
     }
     core.create_node({"metadata": {"name": "n"}})
     assert core.delete_node("n")["details"]["kind"] == "nodes"
+
+
+def test_a_bound_pod_stays_terminating_until_its_kubelet_confirms(core: Client) -> None:
+    core.create_namespaced_pod("default", pod_body("p", nodeName="n1"))
+    pod = core.delete_namespaced_pod("p", "default")
+    assert pod.metadata.deletion_timestamp is not None
+    assert pod.metadata.deletion_grace_period_seconds == 30
+    assert core.read_namespaced_pod("p", "default").metadata.deletion_timestamp is not None
+
+    # The kubelet stopped the containers: a terminal phase, and the object is gone.
+    status = {"status": {"phase": "Failed"}}
+    core.patch_namespaced_pod_status("p", "default", status)
+    with pytest.raises(ApiException) as exc:
+        core.read_namespaced_pod("p", "default")
+    assert exc.value.status == 404
+
+
+def test_a_force_delete_removes_a_terminating_pod(core: Client) -> None:
+    core.create_namespaced_pod("default", pod_body("p", nodeName="n1"))
+    core.delete_namespaced_pod("p", "default", grace_period_seconds=10)
+    core.delete_namespaced_pod("p", "default", grace_period_seconds=0)
+    with pytest.raises(ApiException) as exc:
+        core.read_namespaced_pod("p", "default")
+    assert exc.value.status == 404
+
+
+def test_an_unbound_pod_is_deleted_at_once(core: Client) -> None:
+    core.create_namespaced_pod("default", pod_body("p"))
+    core.delete_namespaced_pod("p", "default")
+    with pytest.raises(ApiException) as exc:
+        core.read_namespaced_pod("p", "default")
+    assert exc.value.status == 404

@@ -71,7 +71,9 @@ def test_exit_code_annotation_fails_pod(server: FakeKubeServer, client_core: Cli
     assert failed["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 3
 
 
-def test_missing_node_and_deletion_are_left_alone(server: FakeKubeServer, client_core: Client) -> None:
+def test_missing_node_is_left_alone_and_deletion_is_confirmed(
+    server: FakeKubeServer, client_core: Client
+) -> None:
     client_core.create_namespaced_pod("default", pod_body("orphan"))
     _bind(client_core, "orphan", "no-such-node")
     held = pod_body("held")
@@ -87,7 +89,7 @@ def test_missing_node_and_deletion_are_left_alone(server: FakeKubeServer, client
     assert client_core.read_namespaced_pod("orphan", "default").status.phase == "Pending"
     pod = client_core.read_namespaced_pod("held", "default")
     assert pod.metadata.deletion_timestamp is not None
-    assert pod.status.phase == "Running"
+    assert pod.metadata.deletion_grace_period_seconds == 0  # confirmed; only the finalizer holds it
     client_core.patch_namespaced_pod(
         "held", "default", {"metadata": {"$deleteFromPrimitiveList/finalizers": ["x/keep"]}}
     )

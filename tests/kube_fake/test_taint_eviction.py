@@ -79,10 +79,10 @@ def test_untolerated_no_execute_taint_deletes_bound_pods(kube_fake: FakeKubeServ
 def test_binding_to_an_already_tainted_node_deletes_the_pod(kube_fake: FakeKubeServer, core: Client) -> None:
     kube_fake.create_node("n1")
     _taint(core, "n1", {"key": "example.com/broken", "effect": "NoExecute"})
-    core.create_namespaced_pod("default", pod_body("plain"))  # no finalizer: gone once deleted
+    core.create_namespaced_pod("default", pod_body("plain"))  # no finalizer; no kubelet confirms
     binding = {"metadata": {"name": "plain"}, "target": {"kind": "Node", "name": "n1"}}
     core.create_namespaced_pod_binding("plain", "default", binding, _preload_content=False)
-    kube_fake.wait_for(lambda: kube_fake.get_object("pods", "plain", "default") is None)
+    kube_fake.wait_for(_terminating(kube_fake, "plain"))  # Terminating until a kubelet confirms
     # A pod tolerating the taint forever stays, even when it is bound later.
     _pod(core, "tolerant", tolerations=[{"key": "example.com/broken", "operator": "Exists"}], node="n1")
     kube_fake.settle()
@@ -153,7 +153,7 @@ def test_toleration_seconds_delays_the_deletion(clocked: FakeKubeServer) -> None
         core.create_namespaced_pod("default", pod_body("brief", tolerations=bounded, nodeName="n1"))
         clocked.settle()
         assert ("default", "brief") in clocked.taint_manager.scheduled()
-        core.delete_namespaced_pod("brief", "default")
+        core.delete_namespaced_pod("brief", "default", grace_period_seconds=0)  # gone for good
         clocked.settle()
         assert sorted(clocked.taint_manager.scheduled()) == [("default", "patient")]
         clocked.advance_clock(9)
