@@ -26,7 +26,7 @@ from temporalio.exceptions import ApplicationError
 from activities.errors import classified
 from activities.kube import BOUND_ELSEWHERE, KubeActivities, now
 from activities.kube_client import Json, KubeConflict, KubeError, KubeNotFound, api_path
-from activities.slurm import SlurmActivities, job_event
+from activities.slurm import ENDED_STATES, SlurmActivities, job_event
 from activities.slurm_client import SlurmNotFound, SlurmRejected
 from bridge import keys
 from bridge.feasibility import excluded_slurm_nodes, group_feasibility
@@ -42,7 +42,7 @@ from bridge.models import (
     ReleaseInput,
     SubmitResult,
 )
-from bridge.pod_events import job_annotations
+from bridge.pod_events import job_annotations, job_id_label
 from webhook.policy import managed_node_toleration, tolerates_managed_nodes
 
 log = logging.getLogger(__name__)
@@ -186,12 +186,43 @@ class PlacementActivities:
             return BindResult(job=job)
         slurm_nodes = job.nodes[: len(given.pods)]
         nodes = await self.kube.resolve_nodes(slurm_nodes)
+        leaving = await self._leaving(nodes, given.job_id)
+        if leaving and not given.force:
+            # Slurm hands a node on the moment a job ends; its pods may still be stopping.
+            grace = max(
+                float((p.get("spec") or {}).get("terminationGracePeriodSeconds") or 30) for p in leaving
+            )
+            return BindResult(job=job, waiting_for=sorted(_key(p) for p in leaving), grace_seconds=grace)
         for ref, node in zip(given.pods, nodes, strict=True):
             await self._bind(ref, node, given.scheduler_name or self.kube.settings.scheduler_name)
         message = f"Slurm job {job.job_id} allocated {', '.join(slurm_nodes)}; bound to {', '.join(nodes)}"
+        if leaving:
+            message += f", although {', '.join(sorted(_key(p) for p in leaving))} had not stopped in time"
         for ref in given.pods:
-            await self.kube._event(ref, "Bound", message, False)
+            await self.kube._event(ref, "Bound", message, bool(leaving))
         return BindResult(job=job, slurm_nodes=slurm_nodes, nodes=nodes)
+
+    async def _leaving(self, nodes: list[str], job_id: int) -> list[Json]:
+        """Pods on these nodes of another bridge job that is over, not yet stopped: they hold the node."""
+        others: list[Json] = []
+        for node in sorted(set(nodes)):
+            listed = await self.kube.kube.request(
+                "GET",
+                api_path("pods"),
+                query={"fieldSelector": f"spec.nodeName={node}", "labelSelector": keys.LABEL_SLURM_JOB_ID},
+            )
+            others += [
+                pod
+                for pod in listed.get("items", [])
+                if job_id_label(pod) not in (None, job_id)
+                and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+            ]
+        if not others:
+            return []
+        ids = {job_id_label(pod) for pod in others} - {None}
+        states = await self.slurm.slurm.job_states([i for i in ids if i is not None])
+        # A job Slurm still runs shares the node by Slurm's own decision; an ended or forgotten one does not.
+        return [pod for pod in others if not _running(states.get(job_id_label(pod) or 0))]
 
     async def _bind(self, ref: PodRef, node: str, scheduler_name: str) -> None:
         for _ in range(CAS_ATTEMPTS):
@@ -319,11 +350,12 @@ class PlacementActivities:
 
     @activity.defn(name="report_pending")
     @classified
-    async def report_pending(self, pods: list[PodRef], job_id: int, reason: str) -> None:
-        """Slurm's pending reason on PodScheduled=False and as an Event, where users look."""
-        message = f"Slurm job {job_id} is pending: {reason}"
+    async def report_pending(self, pods: list[PodRef], job_id: int, reason: str, message: str) -> None:
+        """Why the pods wait (Slurm's pending reason, or the bridge's): PodScheduled=False and an Event."""
+        event_reason = reason if message else "SlurmJobPending"  # message "": Slurm's own reason
+        message = message or f"Slurm job {job_id} is pending: {reason}"
         await self.kube.set_unschedulable(pods, reason, message)
-        await self.kube.record_event(pods, "SlurmJobPending", message, False)
+        await self.kube.record_event(pods, event_reason, message, False)
 
     @activity.defn(name="update_pending_job")
     @classified
@@ -389,3 +421,11 @@ class PlacementActivities:
             self.check_job,
             self.tell_pods,
         ]
+
+
+def _key(pod: Json) -> str:
+    return f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+
+
+def _running(states: list[str] | None) -> bool:
+    return bool(states) and not ENDED_STATES.intersection(states or [])

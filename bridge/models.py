@@ -297,12 +297,17 @@ class BindInput(Frozen):
     pods: list[PodRef]
     job_id: int
     scheduler_name: str = ""
+    # Bind even though pods of an ended bridge job still terminate on the nodes (waited long enough).
+    force: bool = False
 
 
 class BindResult(Frozen):
     job: JobEvent  # read afresh before binding
     slurm_nodes: list[str] = Field(default_factory=list)  # allocated, one per pod; empty: not bound
     nodes: list[str] = Field(default_factory=list)  # Kubernetes nodes, pod i on nodes[i]
+    # Not bound yet: pods of an ended bridge job still terminate on the allocated nodes.
+    waiting_for: list[str] = Field(default_factory=list)  # "ns/name"
+    grace_seconds: float = 0.0  # the longest grace period among them
 
 
 class ReleaseInput(Frozen):

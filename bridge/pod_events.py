@@ -31,3 +31,12 @@ def pod_event(pod: Json, *, gone: bool = False) -> PodEvent:
         created=meta.get("creationTimestamp", ""),
         job_annotations=job_annotations(pod),
     )
+
+
+def job_id_label(pod: Json) -> int | None:
+    """The Slurm job id the pod's label names, if it is a number."""
+    value = ((pod.get("metadata") or {}).get("labels") or {}).get(keys.LABEL_SLURM_JOB_ID)
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None

@@ -42,7 +42,7 @@ from bridge.models import (
     installation_of,
     workflow_id_of,
 )
-from bridge.pod_events import pod_event
+from bridge.pod_events import job_id_label, pod_event
 from worker.delivery import LatestPerKey
 from worker.job_registry import LiveJobs
 from workflows.placement import PlacementWorkflow
@@ -98,14 +98,6 @@ def claim_of(pod: Json) -> str | None:
     # placement/<installation>/<namespace>/...: a pod can only ever name its own namespace's placements.
     namespace = claim[len(PLACEMENT_ID_PREFIX) + len(installation) + 1 :].split("/", 1)[0]
     return claim if namespace == meta.get("namespace") else None
-
-
-def job_id_label(pod: Json) -> int | None:
-    value = ((pod.get("metadata") or {}).get("labels") or {}).get(keys.LABEL_SLURM_JOB_ID)
-    try:
-        return int(value) if value is not None else None
-    except ValueError:
-        return None
 
 
 # What a delivery carries: the event, the pod as listed, and whether to start its placement.

@@ -59,6 +59,7 @@ ATTEMPT_TIMEOUT = timedelta(seconds=60)
 STEP_BOUND = timedelta(minutes=5)
 STUCK_PAUSE = timedelta(minutes=1)
 EVICTION_RETRY = timedelta(seconds=10)
+LEAVING_POLL = timedelta(seconds=1)
 # The safety re-check backs off while nothing changes: a bound pod costs a few actions a day.
 MAX_RECHECK = timedelta(hours=6)
 
@@ -87,6 +88,8 @@ class PlacementWorkflow(GroupMembers):
         self._recheck_due = False
         self._deadline_task: asyncio.Task[None] | None = None
         self._deleting_since: datetime | None = None
+        self._leaving_since: datetime | None = None  # first seen pods of an ended job on our nodes
+        self._leaving_bound = timedelta(0)
         for event in request.events:
             self._apply_pod(event)
         if request.carry is not None:
@@ -251,13 +254,16 @@ class PlacementWorkflow(GroupMembers):
             if job is not None and job.running:
                 result: BindResult = await self._step(
                     PlacementActivities.bind,
-                    BindInput(pods=self._pods(), job_id=job_id),
+                    BindInput(pods=self._pods(), job_id=job_id, force=self._waited_for_leaving_pods()),
                     summary=f"bind to the nodes of Slurm job {job_id}",
                 )
                 self._note_job(result.job)
                 if result.nodes:
                     self._bound(result)
                     return result
+                if result.waiting_for:
+                    await self._wait_for_leaving_pods(job_id, result)
+                    continue
                 if result.job.running:
                     raise PlacementFailed(
                         f"Slurm job {job_id} was allocated {len(result.job.nodes)} nodes "
@@ -279,6 +285,7 @@ class PlacementWorkflow(GroupMembers):
                     self._pods(),
                     job_id,
                     job.reason,
+                    "",  # every argument, always: the converter types arguments only when all are given
                     summary=f"pending: {job.reason}",
                 )
                 # Waiting with a reason is worth finding: job id and phase become searchable.
@@ -288,6 +295,28 @@ class PlacementWorkflow(GroupMembers):
             workflow.set_current_details(f"Slurm job {job_id}: {job.summary if job else 'submitted'}")
             await self._continue_as_new_if_long()
             await self._wait(seen)
+
+    async def _wait_for_leaving_pods(self, job_id: int, result: BindResult) -> None:
+        """Pods of an ended bridge job still stop on our nodes: no overlap, for a bounded time."""
+        if self._leaving_since is None:
+            self._leaving_since = workflow.now()
+            self._leaving_bound = timedelta(
+                seconds=result.grace_seconds + self.request.deletion_slack_seconds
+            )
+            await self._step(
+                PlacementActivities.report_pending,
+                self._pods(),
+                job_id,
+                "WaitingForNode",
+                f"Slurm job {job_id} runs; waiting for {', '.join(result.waiting_for)} of an ended job to "
+                f"stop on the same node (at most {self._leaving_bound.total_seconds():.0f} s)",
+                summary=f"wait for {len(result.waiting_for)} pods to leave",
+            )
+        await workflow.sleep(LEAVING_POLL, summary="pods of an ended job still stopping")
+
+    def _waited_for_leaving_pods(self) -> bool:
+        since = self._leaving_since
+        return since is not None and workflow.now() - since >= self._leaving_bound
 
     def _bound(self, result: BindResult) -> None:
         self.slurm_nodes = result.slurm_nodes

@@ -7,13 +7,19 @@
 """
 
 import asyncio
+from typing import Any
 
 import pytest
 
 from tests.e2e.conftest import StackFactory
-from tests.e2e.harness import bound, job_id_of
+from tests.e2e.harness import Pod, bound, finished_cleanly, job_id_of
 
 pytestmark = pytest.mark.slurm
+
+
+def scheduled_condition(pod: Pod | None) -> dict[str, Any] | None:
+    conditions = ((pod or {}).get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c.get("type") == "PodScheduled"), None)
 
 
 async def test_a_disruption_budget_is_honoured_for_a_while_then_overridden(make_stack: StackFactory) -> None:
@@ -58,4 +64,32 @@ async def test_a_pod_stuck_terminating_releases_its_job(make_stack: StackFactory
     released = [e for e in stack.events("stranded") if e["reason"] == "SlurmJobReleased"]
     assert released, "the user is told the allocation was released under a pod that may still run"
     assert "a process may still run" in released[0]["message"]
-    await stack.wait_pod("stranded", lambda p: p is None)  # the finalizer is gone: the deletion completes
+    # The finalizer is gone; the object stays Terminating until its node's kubelet (or the node's
+    # removal) confirms, as on a real cluster. The bridge holds nothing for it any more.
+    await stack.wait_pod("stranded", finished_cleanly)
+
+
+async def test_no_overlap_a_node_handed_on_waits_for_the_old_pods_to_stop(make_stack: StackFactory) -> None:
+    """Slurm gives the node to the next job the moment a job ends; the old pod may still be stopping."""
+    stack = await make_stack(nodes=1)
+    stack.create_pod("old")
+    old_job = job_id_of(await stack.wait_pod("old", bound))
+    assert old_job is not None
+    stack.create_pod("new")
+    await stack.wait_pod("new", job_id_of)  # pending behind the old job
+
+    await stack.slurm.cancel_job(old_job)  # Slurm starts the new job on the same node at once
+    waiting = await stack.wait_pod(
+        "new", lambda p: (scheduled_condition(p) or {}).get("reason") == "WaitingForNode", timeout=60
+    )
+    assert bound(waiting) is None
+    assert "old" in (scheduled_condition(waiting) or {})["message"]
+    old = stack.pod("old")
+    assert old is not None  # evicted, still terminating: the kubelet has not confirmed yet
+    assert old["metadata"].get("deletionTimestamp")
+
+    stack.kube.set_pod_phase(stack.namespace, "old", "Failed")  # the kubelet stops it
+    new = await stack.wait_pod("new", bound)
+    assert bound(new) == stack.partition.node_names[0]
+    stack.kube.set_pod_phase(stack.namespace, "new", "Succeeded")
+    await stack.wait_pod("new", finished_cleanly)
