@@ -7,7 +7,9 @@
 #   hack/slurm-sid.sh up [--fresh] [NODE...]   build once (cached), configure, start,
 #                                              create NODEs as external nodes;
 #                                              prints SLURM_REST_URL / SLURM_USER_NAME /
-#                                              SLURM_JWT_FILE lines (also in $DIR/env)
+#                                              SLURM_JWT_FILE lines, then the foreign user's
+#                                              SLURM_FOREIGN_USER_NAME / SLURM_FOREIGN_JWT_FILE
+#                                              (also in $DIR/env)
 #   hack/slurm-sid.sh down [--wipe]            stop the daemons, unmount
 #   hack/slurm-sid.sh scontrol ARGS...         run scontrol inside the chroot
 #   hack/slurm-sid.sh status                   exit 0 when slurmctld and slurmrestd answer
@@ -15,12 +17,17 @@
 # Environment: SLURM_SID_DIR (default /var/cache/slurm-bridge/slurm-sid; outside any
 # repository, survives reboots so the chroot is built once per machine),
 # SLURM_REST_PORT (6820), SLURM_CTLD_PORT (6817). Needs root.
+# Partitions, GPUs, preemption, the foreign user and measurements: docs/slurm-testbed.md.
 set -euo pipefail
 
 DIR=${SLURM_SID_DIR:-/var/cache/slurm-bridge/slurm-sid}
 ROOT=$DIR/root
 REST_PORT=${SLURM_REST_PORT:-6820}
 CTLD_PORT=${SLURM_CTLD_PORT:-6817}
+# A second, unprivileged Slurm user, for jobs that are not the bridge's ("foreign
+# jobs"). Never let it signal another user's job: with accounting_storage/none
+# that deadlocks slurmctld 26.05 (docs/slurm-testbed.md).
+FOREIGN_USER=foreign
 PACKAGES="slurmctld slurmrestd slurm-client slurm-wlm-basic-plugins slurm-wlm-jwt-plugin munge curl ca-certificates"
 BUILT=$ROOT/.built
 
@@ -125,7 +132,9 @@ AuthAltParameters=jwt_key=/etc/slurm/jwt_hs256.key
 StateSaveLocation=/var/lib/slurm/slurmctld
 SlurmctldPidFile=/run/slurm/slurmctld.pid
 SlurmctldLogFile=/var/log/slurm/slurmctld.log
-SlurmctldDebug=info
+# verbose + DebugFlags=HetJob: the backfill scheduler logs the jobs it starts too
+# ("sched/backfill: _start_job: HETJOB: Started JobId=..."); see docs/slurm-testbed.md.
+SlurmctldDebug=verbose
 MailProg=/bin/true
 SchedulerType=sched/backfill
 # External jobs end without an epilog, which is what normally triggers a
@@ -141,10 +150,42 @@ JobCompType=jobcomp/none
 MaxNodeCount=1024
 ReturnToService=2
 MinJobAge=300
+MaxJobCount=50000
+LogTimeFormat=iso8601_ms
+DebugFlags=HetJob
+GresTypes=gpu
+# Preemption by partition tier: a bridge-high job cancels bridge-low jobs at once
+# (no GraceTime: external nodes have no slurmd to signal). slurm-bridge never
+# preempts nor is preempted.
+PreemptType=preempt/partition_prio
+PreemptMode=CANCEL
 # Any node with the feature slurm-bridge joins the default bridge partition.
 NodeSet=bridge_nodes Feature=slurm-bridge
-PartitionName=slurm-bridge Nodes=bridge_nodes Default=YES MaxTime=INFINITE State=UP
+PartitionName=slurm-bridge Nodes=bridge_nodes Default=YES MaxTime=INFINITE State=UP PreemptMode=OFF
+PartitionName=bridge-low Nodes=bridge_nodes MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=CANCEL
+PartitionName=bridge-high Nodes=bridge_nodes MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF
 EOF
+}
+
+# Slurm drops a GPU without a device file ("Ignoring file-less GPU"), and then
+# refuses to create a node with Gres=gpu:N. This line, for every node, gives up
+# to 128 GPUs placeholder files (never opened: no slurmd runs); slurmctld takes
+# the first N for a node with gpu:N and numbers them 0..N-1, so jobs get GPU
+# indexes. The price: an existing node's GPU count cannot change (only to 0).
+gres_conf() {
+  cat <<GRES
+# Written by hack/slurm-sid.sh
+Name=gpu File=/dev/fake-gpu[0-127]
+GRES
+}
+
+mint_token() { # user file
+  # Renamed into place: sessions running meanwhile read the old token or the new
+  # one, never an empty file (the token is minted again at every `up`).
+  local tmp; tmp=$(mktemp "$2.XXXXXX")
+  inside scontrol token "username=$1" lifespan=604800 | sed 's/^SLURM_JWT=//' >"$tmp"
+  [ -s "$tmp" ] || { rm -f "$tmp"; die "scontrol token username=$1 printed nothing"; }
+  mv -f "$tmp" "$2"
 }
 
 stop_daemon() { # label signal pidfile exe...
@@ -186,14 +227,19 @@ up() {
   [ -s "$ROOT/etc/slurm/jwt_hs256.key" ] || head -c 32 /dev/urandom >"$ROOT/etc/slurm/jwt_hs256.key"
   inside chown slurm:slurm /etc/slurm/jwt_hs256.key && chmod 0600 "$ROOT/etc/slurm/jwt_hs256.key"
   add_hosts localhost "$(hostname -s)"
+  # Added here, not in build(): chroots built before this user existed get it too.
+  inside id -u "$FOREIGN_USER" >/dev/null 2>&1 ||
+    inside useradd --system --no-create-home --shell /usr/sbin/nologin "$FOREIGN_USER"
 
-  local conf; conf=$(slurm_conf)
+  local conf gres; conf=$(slurm_conf); gres=$(gres_conf)
   if [ "$fresh" = 1 ] || [ "$conf" != "$(cat "$ROOT/etc/slurm/slurm.conf" 2>/dev/null)" ] ||
+     [ "$gres" != "$(cat "$ROOT/etc/slurm/gres.conf" 2>/dev/null)" ] ||
      [ "$REST_PORT" != "$(cat "$DIR/rest-port" 2>/dev/null)" ]; then
     # AuthType and ports cannot change under a running slurmctld: restart.
     down; mount_fs
   fi
   printf '%s\n' "$conf" >"$ROOT/etc/slurm/slurm.conf"
+  printf '%s\n' "$gres" >"$ROOT/etc/slurm/gres.conf"
   echo "$REST_PORT" >"$DIR/rest-port"
   if [ "$fresh" = 1 ]; then
     rm -rf "$ROOT/var/lib/slurm/slurmctld/"*
@@ -234,8 +280,10 @@ up() {
         CPUs=4 RealMemory=8000 Features=slurm-bridge
   done
 
-  # The token goes to a file only (mode 0600), never to stdout or a log.
-  (umask 077; inside scontrol token username=slurm lifespan=604800 | sed 's/^SLURM_JWT=//' >"$DIR/jwt")
+  # Tokens go to files only (mode 0600), never to stdout or a log. The foreign
+  # user's token is an ordinary user's: it acts as that user only.
+  mint_token slurm "$DIR/jwt"
+  mint_token "$FOREIGN_USER" "$DIR/jwt-foreign"
   local code
   code=$(curl -s -o /dev/null -w '%{http_code}' -H "X-SLURM-USER-NAME: slurm" \
          -H "X-SLURM-USER-TOKEN: $(cat "$DIR/jwt")" "http://127.0.0.1:$REST_PORT/slurm/v0.0.44/partitions/")
@@ -246,8 +294,11 @@ up() {
     local left_ms=$(( 4200 - ($(date +%s%N) - started_ctld) / 1000000 ))
     [ "$left_ms" -gt 0 ] && sleep "$(awk -v ms="$left_ms" 'BEGIN { printf "%.3f", ms / 1000 }')"
   fi
-  printf 'SLURM_REST_URL=http://127.0.0.1:%s\nSLURM_USER_NAME=slurm\nSLURM_JWT_FILE=%s\n' \
-    "$REST_PORT" "$DIR/jwt" | tee "$DIR/env"
+  local env
+  env=$(printf 'SLURM_REST_URL=http://127.0.0.1:%s\nSLURM_USER_NAME=slurm\nSLURM_JWT_FILE=%s\n' "$REST_PORT" "$DIR/jwt"
+        printf 'SLURM_FOREIGN_USER_NAME=%s\nSLURM_FOREIGN_JWT_FILE=%s\n' "$FOREIGN_USER" "$DIR/jwt-foreign")
+  printf '%s\n' "$env" >"$DIR/env.new" && mv -f "$DIR/env.new" "$DIR/env"
+  printf '%s\n' "$env"
 }
 
 status() {

@@ -14,13 +14,18 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import secrets
 import signal
 import subprocess
+import threading
 import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import httpx
 
@@ -45,8 +50,50 @@ ENDED_STATES = frozenset(
 )
 
 
+# slurm.conf's partitions over every node with the feature slurm-bridge: the default
+# one never preempts; a bridge-high job preempts (cancels) bridge-low jobs.
+DEFAULT_PARTITION = "slurm-bridge"
+LOW_PARTITION = "bridge-low"
+HIGH_PARTITION = "bridge-high"
+FOREIGN_JOB_NAME = "foreign"
+# Bulk-cancel answers per job that are fine: the job has ended, or is gone already.
+ESLURM_INVALID_JOB_ID = 2017
+ESLURM_ALREADY_DONE = 2021
+# How slurmctld logs the start of a job (LogTimeFormat=iso8601_ms, the chroot's UTC):
+# by the main scheduler at info level, by the backfill scheduler only with
+# SlurmctldDebug=verbose and DebugFlags=HetJob (see docs/slurm-testbed.md).
+JOB_START_LINE = re.compile(
+    r"^\[(?P<time>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3})\] "
+    r"(?:sched: Allocate JobId=(?P<main>\d+) "
+    r"|sched/backfill: _start_job: HETJOB: Started JobId=(?P<backfill>\d+) )"
+)
+
+T = TypeVar("T")
+
+
 class SlurmBedError(RuntimeError):
     """The test bed could not do what a test asked (script failed, Slurm refused)."""
+
+
+def wait_until(check: Callable[[], T | None], what: str, timeout: float = 15.0, interval: float = 0.05) -> T:
+    """Poll Slurm (a system the tests only observe) until `check()` is truthy; return that value."""
+    deadline = time.monotonic() + timeout
+    while not (value := check()):
+        if time.monotonic() > deadline:
+            raise SlurmBedError(f"not {what} after {timeout} s")
+        time.sleep(interval)
+    return value
+
+
+@dataclass(frozen=True)
+class ForeignUser:
+    """The bed's second, unprivileged Slurm user: its jobs are not the bridge's."""
+
+    name: str
+    jwt_file: Path
+
+    def token(self) -> str:
+        return self.jwt_file.read_text().strip().removeprefix("SLURM_JWT=")
 
 
 class BedJob(NamedTuple):
@@ -87,11 +134,19 @@ class TestPartition:
 class SlurmTestBed:
     """Handle on the running Slurm; `SlurmTestBed.up()` starts it if needed."""
 
-    def __init__(self, rest_url: str, user_name: str, jwt_file: Path, script: Path = SLURM_SID) -> None:
+    def __init__(
+        self,
+        rest_url: str,
+        user_name: str,
+        jwt_file: Path,
+        script: Path = SLURM_SID,
+        foreign: ForeignUser | None = None,
+    ) -> None:
         self.rest_url = rest_url
         self.user_name = user_name
         self.jwt_file = jwt_file
         self.script = script
+        self._foreign = foreign
         # Dynamic partitions are not saved: slurmctld forgets them on restart
         # (and kills their jobs: "Killing JobId=N on defunct partition").
         self._partitions_to_restore: list[PartitionSpec] = []
@@ -104,7 +159,9 @@ class SlurmTestBed:
         missing = {"SLURM_REST_URL", "SLURM_USER_NAME", "SLURM_JWT_FILE"} - env.keys()
         if missing:
             raise SlurmBedError(f"{script} up printed no {', '.join(sorted(missing))}")
-        return cls(env["SLURM_REST_URL"], env["SLURM_USER_NAME"], Path(env["SLURM_JWT_FILE"]), script)
+        return cls(
+            env["SLURM_REST_URL"], env["SLURM_USER_NAME"], Path(env["SLURM_JWT_FILE"]), script, _foreign(env)
+        )
 
     # scontrol and REST
 
@@ -213,7 +270,136 @@ class SlurmTestBed:
                 raise SlurmBedError(f"jobs still live in partition {partition}: {live}")
             time.sleep(0.05)
 
+    def job_states(self, job_ids: Iterable[int]) -> dict[int, tuple[str, ...]]:
+        """These jobs' states, from the cheap `GET /jobs/state/?job_id=A&job_id=B` (forgotten: absent)."""
+        ids = sorted(set(job_ids))
+        states: dict[int, tuple[str, ...]] = {}
+        for start in range(0, len(ids), 500):
+            # Repeat the parameter: a comma-separated list is refused (HTTP 500 or 422).
+            query = "&".join(f"job_id={job_id}" for job_id in ids[start : start + 500])
+            response = self.rest("GET", f"/jobs/state/?{query}")
+            if response.status_code != 200:
+                raise SlurmBedError(f"GET /jobs/state/: HTTP {response.status_code} {response.text[:300]}")
+            for job in response.json().get("jobs") or []:
+                states[int(job["job_id"])] = tuple(job.get("state") or ())
+        return states
+
+    # Foreign jobs: another user's, to fill Slurm the way a shared cluster is
+
+    @property
+    def foreign_user(self) -> ForeignUser:
+        if self._foreign is None:
+            # A bed made from the env file alone (bench/placement.py): the same file has it.
+            env_file = self.jwt_file.parent / "env"
+            env = _parse_env(env_file.read_text()) if env_file.exists() else {}
+            self._foreign = _foreign(env)
+        if self._foreign is None:
+            raise SlurmBedError(f"{self.script} up printed no SLURM_FOREIGN_USER_NAME: run it again")
+        return self._foreign
+
+    def submit_foreign_jobs(
+        self,
+        n: int,
+        partition: str = DEFAULT_PARTITION,
+        *,
+        name: str = FOREIGN_JOB_NAME,
+        concurrency: int = 8,
+    ) -> list[int]:
+        """Submit `n` held external jobs as the foreign user; their ids, in submission order.
+
+        Held jobs never start, so they take no node: they only make Slurm busy
+        (its job list, every listing the bridge asks for). Keep-alive HTTP on
+        `concurrency` connections: 500 to 800 jobs/s here. Remove them with
+        `cancel_foreign_jobs`: other sessions share this Slurm.
+        """
+        user = self.foreign_user
+        body = {
+            "job": {
+                "name": name,
+                "flags": ["EXTERNAL_JOB"],
+                "hold": True,
+                "nodes": "1",
+                "partition": partition,
+                "current_working_directory": "/tmp",
+            }
+        }
+        headers = {"X-SLURM-USER-NAME": user.name, "X-SLURM-USER-TOKEN": user.token()}
+        limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+        failed = threading.Event()  # after the first failure, the rest are not even tried
+
+        def submit(client: httpx.Client) -> int | None:
+            if failed.is_set():
+                return None
+            try:
+                response = client.post("/job/submit", json=body)
+                if response.status_code == 200:
+                    return int(response.json()["job_id"])
+                error = f"HTTP {response.status_code} {response.text[:300]}"
+            except httpx.HTTPError as exc:
+                error = repr(exc)
+            failed.set()
+            raise SlurmBedError(f"submitting a foreign job: {error}")
+
+        url = f"{self.rest_url}/slurm/v0.0.44"
+        with (
+            httpx.Client(base_url=url, headers=headers, limits=limits, timeout=60) as client,
+            ThreadPoolExecutor(concurrency) as pool,
+        ):
+            futures = [pool.submit(submit, client) for _ in range(n)]
+        job_ids = [job_id for future in futures if future.exception() is None and (job_id := future.result())]
+        if failed.is_set():
+            if job_ids:
+                self.cancel_foreign_jobs(job_ids)
+            error = next(exc for future in futures if (exc := future.exception()))
+            raise SlurmBedError(f"{len(job_ids)} of {n} foreign jobs submitted, then cancelled: {error}")
+        return job_ids
+
+    def cancel_foreign_jobs(self, job_ids: Iterable[int] | None = None, *, name: str | None = None) -> None:
+        """Cancel the foreign user's jobs: those of `job_ids`, else all of them (or those called `name`).
+
+        One bulk `DELETE /jobs/`, with the bridge's operator token and always
+        filtered by the foreign user, so it can only ever cancel foreign jobs.
+        (Not the foreign user's own token: when a non-operator signals another
+        user's job, slurmctld 26.05 with accounting_storage/none deadlocks.)
+        """
+        request: dict[str, Any] = {"user_name": self.foreign_user.name}
+        if job_ids is not None:
+            request["jobs"] = [str(job_id) for job_id in job_ids]
+            if not request["jobs"]:
+                return
+        if name is not None:
+            request["job_name"] = name
+        headers = {"X-SLURM-USER-NAME": self.user_name, "X-SLURM-USER-TOKEN": self.token()}
+        response = httpx.request(
+            "DELETE", f"{self.rest_url}/slurm/v0.0.44/jobs/", headers=headers, json=request, timeout=300
+        )
+        if response.status_code != 200:
+            raise SlurmBedError(f"cancelling foreign jobs: HTTP {response.status_code} {response.text[:300]}")
+        # Only failures are listed, per job.
+        failures = [
+            entry
+            for entry in response.json().get("status") or []
+            if (entry.get("error") or {}).get("code") not in (ESLURM_INVALID_JOB_ID, ESLURM_ALREADY_DONE)
+        ]
+        if failures:
+            raise SlurmBedError(f"cancelling foreign jobs: {len(failures)} refused, e.g. {failures[:3]}")
+
     # slurmctld
+
+    @property
+    def slurmctld_log(self) -> Path:
+        return self.jwt_file.parent / "root" / "var" / "log" / "slurm" / "slurmctld.log"
+
+    def job_start_times(self, job_ids: Iterable[int]) -> dict[int, datetime]:
+        """When slurmctld started these jobs, to the millisecond, from its log (absent: not started)."""
+        wanted = set(job_ids)
+        starts: dict[int, datetime] = {}
+        with self.slurmctld_log.open(errors="replace") as log:
+            for line in log:
+                match = JOB_START_LINE.match(line)
+                if match and (job_id := int(match["main"] or match["backfill"])) in wanted:
+                    starts[job_id] = datetime.fromisoformat(match["time"]).replace(tzinfo=UTC)
+        return starts
 
     @property
     def slurmctld_pidfile(self) -> Path:
@@ -244,6 +430,7 @@ class SlurmTestBed:
         self._unlock()
         fresh = SlurmTestBed.up(self.script)
         self.rest_url, self.user_name, self.jwt_file = fresh.rest_url, fresh.user_name, fresh.jwt_file
+        self._foreign = fresh._foreign or self._foreign
         existing = {spec.name for spec in self._partitions()}
         for spec in self._partitions_to_restore:
             if spec.name not in existing:
@@ -319,6 +506,12 @@ def _run(command: list[str], timeout: float) -> str:
             f"{' '.join(command)} exited {done.returncode}: {done.stderr.strip() or done.stdout.strip()}"
         )
     return done.stdout
+
+
+def _foreign(env: dict[str, str]) -> ForeignUser | None:
+    if "SLURM_FOREIGN_USER_NAME" in env and "SLURM_FOREIGN_JWT_FILE" in env:
+        return ForeignUser(env["SLURM_FOREIGN_USER_NAME"], Path(env["SLURM_FOREIGN_JWT_FILE"]))
+    return None
 
 
 def _parse_env(output: str) -> dict[str, str]:

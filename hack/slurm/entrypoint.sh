@@ -54,7 +54,9 @@ AuthAltTypes=auth/jwt
 AuthAltParameters=jwt_key=/etc/slurm/jwt_hs256.key
 StateSaveLocation=$STATE/slurmctld
 SlurmctldPidFile=/run/slurm/slurmctld.pid
-SlurmctldDebug=info
+# verbose + DebugFlags=HetJob: the backfill scheduler logs the jobs it starts too
+# ("sched/backfill: _start_job: HETJOB: Started JobId=..."); see docs/slurm-testbed.md.
+SlurmctldDebug=verbose
 MailProg=/bin/true
 SchedulerType=sched/backfill
 # External jobs end without an epilog, which is what normally triggers a
@@ -70,9 +72,27 @@ JobCompType=jobcomp/none
 MaxNodeCount=1024
 ReturnToService=2
 MinJobAge=300
+MaxJobCount=50000
+LogTimeFormat=iso8601_ms
+DebugFlags=HetJob
+GresTypes=gpu
+# Preemption by partition tier: a bridge-high job cancels bridge-low jobs at once
+# (no GraceTime: external nodes have no slurmd to signal). slurm-bridge never
+# preempts nor is preempted.
+PreemptType=preempt/partition_prio
+PreemptMode=CANCEL
 # Any node with the feature slurm-bridge joins the default bridge partition.
 NodeSet=bridge_nodes Feature=slurm-bridge
-PartitionName=slurm-bridge Nodes=bridge_nodes Default=YES MaxTime=INFINITE State=UP
+PartitionName=slurm-bridge Nodes=bridge_nodes Default=YES MaxTime=INFINITE State=UP PreemptMode=OFF
+PartitionName=bridge-low Nodes=bridge_nodes MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=CANCEL
+PartitionName=bridge-high Nodes=bridge_nodes MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF
+CONF
+
+# GPUs need device files, or Slurm drops them and refuses a node with Gres=gpu:N.
+# Placeholders for up to 128 GPUs a node (never opened: there is no slurmd).
+cat >/etc/slurm/gres.conf <<CONF
+# Written by hack/slurm/entrypoint.sh at every start
+Name=gpu File=/dev/fake-gpu[0-127]
 CONF
 
 shutdown() { # exit status
