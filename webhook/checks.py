@@ -16,9 +16,13 @@ from bridge.translate import Defaults, TranslationError, build_pod_job
 from webhook.policy import AdmissionPolicy
 
 # (what, metadata field, key) of everything only the bridge may write on a pod.
+# The chart's admission-webhooks.yaml names the same keys in its matchConditions
+# (tests/deploy/test_webhook_scope.py keeps the two in step).
 OWNED_KEYS = (
     ("label", "labels", keys.LABEL_SLURM_JOB_ID),
     ("annotation", "annotations", keys.ANNOTATION_SLURM_NODE),
+    # The placement that claimed the pod: a forged one would hand the pod to another job's placement.
+    ("annotation", "annotations", keys.ANNOTATION_PLACEMENT),
 )
 
 

@@ -126,8 +126,8 @@ def webhook(
     bridge_service_accounts: Annotated[
         str | None,
         typer.Option(
-            help="comma-separated usernames allowed to set the job-id label and node annotation, default "
-            "system:serviceaccount:slurm-bridge:slurm-bridge [BRIDGE_SERVICE_ACCOUNTS]"
+            help="comma-separated usernames allowed to set the job-id label, node and placement "
+            "annotations, default system:serviceaccount:slurm-bridge:slurm-bridge [BRIDGE_SERVICE_ACCOUNTS]"
         ),
     ] = None,
     kubeconfig: Annotated[

@@ -15,7 +15,7 @@ class AdmissionPolicy:
     """Deployment-wide settings the (pure) decisions need."""
 
     scheduler_name: str = keys.DEFAULT_SCHEDULER_NAME
-    # Usernames allowed to write the bridge-owned label and annotation.
+    # Usernames allowed to write the bridge-owned label and annotations (checks.OWNED_KEYS).
     bridge_users: frozenset[str] = field(default_factory=frozenset)
 
     def is_bridge_user(self, username: str) -> bool:

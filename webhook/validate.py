@@ -1,9 +1,9 @@
 """`/validate`: refuse what the bridge cannot place, at `kubectl apply` time. Pure.
 
 Pods:
-- anyone but the bridge setting (CREATE) or changing (UPDATE) the job-id label
-  or the node annotation is refused, on every pod: a forged job id would let a
-  pod ride on another job's allocation;
+- anyone but the bridge setting (CREATE) or changing (UPDATE) the job-id label,
+  the node or the placement annotation (`checks.OWNED_KEYS`) is refused, on
+  every pod: a forged job id would let a pod ride on another job's allocation;
 - a bridge pod (see `policy.is_bridge_pod`) must be placeable: no
   topologySpreadConstraints, resourceClaims, cpu together with DRA cpu,
   unsupported DRA classes, bad quantities, and valid `slurmjob.slinky.slurm.net/*`

@@ -72,8 +72,9 @@ def test_every_rule_is_one_the_webhook_handles() -> None:
 def test_pods_and_resize_are_validated_and_only_pod_creation_is_mutated() -> None:
     found = configurations()
     mutating = found["MutatingWebhookConfiguration"]["webhooks"]
-    assert [r["resources"] for h in mutating for r in h["rules"]] == [["pods"]]
-    assert [r["operations"] for h in mutating for r in h["rules"]] == [["CREATE"]]
+    # Two pod webhooks: pods naming our scheduler, and pods of managed namespaces.
+    assert [r["resources"] for h in mutating for r in h["rules"]] == [["pods"], ["pods"]]
+    assert [r["operations"] for h in mutating for r in h["rules"]] == [["CREATE"], ["CREATE"]]
     validating = [
         r["resources"] for h in found["ValidatingWebhookConfiguration"]["webhooks"] for r in h["rules"]
     ]

@@ -84,6 +84,21 @@ def test_users_cannot_change_the_node_annotation(admission: Admission) -> None:
     assert 'cannot be changed from "a" to "b"' in message
 
 
+PLACEMENT = "slurm-bridge/placement"
+
+
+@pytest.mark.parametrize("namespace", ["hpc", OTHER_NS])
+def test_no_one_but_the_bridge_claims_a_pod_for_a_placement(admission: Admission, namespace: str) -> None:
+    claimed = {PLACEMENT: "placement/hpc/other/uid-1"}
+    message = denial(admission, review(pod(namespace=namespace, annotations=claimed)))
+    assert f"metadata.annotations: the annotation {PLACEMENT} is set by slurm-bridge" in message
+    old, new = bridge_pod(annotations={PLACEMENT: "a"}), bridge_pod(annotations={PLACEMENT: "b"})
+    assert 'cannot be changed from "a" to "b"' in denial(admission, review(new, old=old, operation="UPDATE"))
+    assert "cannot be changed" in denial(admission, review(bridge_pod(), old=old, operation="UPDATE"))
+    allowed(admission, review(new, old=old, operation="UPDATE", user=BRIDGE_USER))
+    allowed(admission, review(bridge_pod(annotations=claimed), user=BRIDGE_USER))
+
+
 def test_users_may_update_other_labels_of_a_placed_pod(admission: Admission) -> None:
     old = bridge_pod(labels={JOBID: "42"}, annotations={NODE: "a"})
     new = bridge_pod(labels={JOBID: "42", "team": "x"}, annotations={NODE: "a", "note": "y"})
