@@ -110,7 +110,7 @@ class JobWatcher:
         # and the placements that are closed: signal only what changed (each signal is
         # a billable Temporal action and a workflow task).
         self._told: dict[str, JobEvent] = {}
-        self._closed: set[str] = set()
+        self._closed: dict[str, JobEvent] = {}  # key → what found its placement closed
         self._retrying = AsyncRetrying(
             retry=retry_if_exception_type(Exception),
             wait=wait_exponential_jitter(multiplier=interval, max=self.max_backoff, jitter=interval),
@@ -171,7 +171,7 @@ class JobWatcher:
             del self._seen[job_id]
         for key in [key for key in self._told if _job_of(key) not in followed]:
             del self._told[key]
-        self._closed = {key for key in self._closed if _job_of(key) in followed}
+        self._closed = {key: seen for key, seen in self._closed.items() if _job_of(key) in followed}
 
     def _to_read(self, followed: Mapping[int, str], states: Mapping[int, list[str]], now: float) -> list[int]:
         changed: list[int] = []
@@ -225,14 +225,12 @@ class JobWatcher:
     def _signal(self, workflow_id: str, event: JobEvent) -> None:
         # Keyed by job too: an old job of the same placement must not displace the current one.
         key = f"{workflow_id}#{event.job_id}"
-        if key in self._closed:
-            return
+        if self._closed.get(key) == event:
+            return  # told to nobody: no placement ran for it, and nothing changed since
         if key not in self._told and _just_submitted(event):
             # The placement read its job right after submitting it: "pending, not yet
             # looked at by the scheduler" is no news, and every signal is a billable action.
             return
-        if event.pending and event.reason in _NO_REASON:
-            return  # a placement takes its job as pending from submission: nothing to act on
         if self._told.get(key) == event:
             if not is_live(event):
                 self.jobs.finished(event.job_id)
@@ -246,9 +244,11 @@ class JobWatcher:
         except RPCError as error:
             if error.status != RPCStatusCode.NOT_FOUND:
                 raise
-            # The placement is over; its job concerns nobody here (the sweep handles orphans).
-            self._closed.add(key)
-            self.jobs.finished(event.job_id)
+            # No placement runs for it now. A new run of the same workflow id may take it over
+            # (the sweep's adoption, an operator's retry): the next change is delivered again.
+            self._closed[key] = event
+            if not is_live(event):
+                self.jobs.finished(event.job_id)
             return
         self.signals += 1
         self._told[key] = event

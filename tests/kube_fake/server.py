@@ -249,8 +249,17 @@ class FakeKubeServer:
         """Server-side read-modify-write, no validation (spec and status both writable)."""
         return self.store.mutate(self.registry.resolve(resource), namespace, name, fn)
 
-    def delete_object(self, resource: str, name: str, namespace: str | None = None) -> JSON:
-        return self.store.delete(self.registry.resolve(resource), namespace, name)
+    def delete_object(
+        self,
+        resource: str,
+        name: str,
+        namespace: str | None = None,
+        *,
+        grace_period_seconds: int | None = None,
+    ) -> JSON:
+        """DELETE as a client would; grace_period_seconds=0 forces a bound pod out at once."""
+        options = None if grace_period_seconds is None else {"gracePeriodSeconds": grace_period_seconds}
+        return self.store.delete(self.registry.resolve(resource), namespace, name, options)
 
     def set_pod_phase(
         self, namespace: str, name: str, phase: str, reason: str | None = None, message: str | None = None
