@@ -249,6 +249,8 @@ def status(
         ("job state", "job_state"),
         ("pending reason", "pending_reason"),
         ("Slurm nodes", "nodes"),
+        ("Kubernetes nodes", "kube_nodes"),
+        ("job ended", "end_reason"),
         ("failure", "failure"),
         ("link", "link"),
     ):
@@ -314,6 +316,9 @@ def retry(
         try:
             body = await kube.request("GET", api_path("pods", namespace=namespace, name=name))
             group = await grouping.resolve(KubeReader(kube), body)
+            # A group is retried whole: every pod its failed placement claimed.
+            selector = group.member_selector
+            members = await KubeReader(kube).list_pods(namespace, selector) if selector else [body]
         except KubeNotFound:
             fail(f"pod {pod} does not exist")
         except (KubeError, grouping.GroupError) as error:
@@ -322,13 +327,70 @@ def retry(
             await kube.close()
         client = await _connect(settings)
         try:
-            return await retry_placement(client, body, settings.temporal_task_queue, group)
+            return await retry_placement(client, body, settings.temporal_task_queue, group, members=members)
         except RetryRefused as refused:
             fail(str(refused))
 
     run_id = run_client(run())
     typer.echo(f"placement of {pod} started again (run {run_id}); follow it with: slurm-bridge status {pod}")
     done()
+
+
+@app.command()
+def doctor(
+    temporal_address: TemporalAddress = None,
+    temporal_namespace: TemporalNamespace = None,
+    temporal_tls_cert_file: Annotated[
+        Path | None, typer.Option(help="client certificate (PEM) for mTLS [TEMPORAL_TLS_CERT_FILE]")
+    ] = None,
+    temporal_tls_key_file: Annotated[
+        Path | None, typer.Option(help="its private key (PEM) [TEMPORAL_TLS_KEY_FILE]")
+    ] = None,
+    temporal_tls_ca_file: Annotated[
+        Path | None, typer.Option(help="CA of the server certificate (PEM) [TEMPORAL_TLS_CA_FILE]")
+    ] = None,
+    temporal_tls_server_name: Annotated[
+        str | None,
+        typer.Option(help="name the server certificate is checked against [TEMPORAL_TLS_SERVER_NAME]"),
+    ] = None,
+    temporal_api_key_file: Annotated[Path | None, typer.Option(help="[TEMPORAL_API_KEY_FILE]")] = None,
+    slurm_rest_url: Annotated[str | None, typer.Option(help="[SLURM_REST_URL]")] = None,
+    slurm_user_name: Annotated[str | None, typer.Option(help="[SLURM_USER_NAME]")] = None,
+    slurm_jwt_file: Annotated[Path | None, typer.Option(help="[SLURM_JWT_FILE]")] = None,
+    partition: Annotated[str | None, typer.Option(help="[SLURM_PARTITION]")] = None,
+    mcs_label: Annotated[str | None, typer.Option(help="[MCS_LABEL]")] = None,
+    kubeconfig: Annotated[str | None, typer.Option(help="[KUBECONFIG]")] = None,
+    lease_namespace: Annotated[
+        str | None, typer.Option(help="namespace of the worker's Lease [LEASE_NAMESPACE, else the pod's own]")
+    ] = None,
+    as_json: AsJson = False,
+) -> None:
+    """Check that this worker can reach and use Kubernetes, Slurm and Temporal; exit 1 if anything fails."""
+    from worker.doctor import Check, DoctorSettings, as_json_report, as_text, diagnose, failed
+
+    try:
+        settings = load(
+            DoctorSettings,
+            temporal_address=temporal_address,
+            temporal_namespace=temporal_namespace,
+            temporal_tls_cert_file=temporal_tls_cert_file,
+            temporal_tls_key_file=temporal_tls_key_file,
+            temporal_tls_ca_file=temporal_tls_ca_file,
+            temporal_tls_server_name=temporal_tls_server_name,
+            temporal_api_key_file=temporal_api_key_file,
+            slurm_rest_url=slurm_rest_url,
+            slurm_user_name=slurm_user_name,
+            slurm_jwt_file=slurm_jwt_file,
+            partition=partition,
+            mcs_label=mcs_label,
+            kubeconfig=kubeconfig,
+            lease_namespace=lease_namespace,
+        )
+        checks = asyncio.run(diagnose(settings))
+    except ConfigurationError as error:
+        checks = [Check("configuration", "settings", "fail", str(error), "fix the setting it names")]
+    typer.echo(as_json_report(checks) if as_json else as_text(checks))
+    done(1 if failed(checks) else 0)
 
 
 def _register_webhook() -> None:

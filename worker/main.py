@@ -43,6 +43,7 @@ from bridge import search_attributes as sa
 from bridge.translate import Defaults
 from worker.job_registry import LiveJobs
 from worker.job_watcher import JobWatcher
+from worker.leader import LeaderElector, LeaderTimings, default_identity
 from worker.metrics import slurm_observer
 from worker.node_watcher import NodeWatcher
 from worker.pod_watcher import PodWatcher
@@ -340,6 +341,12 @@ class Bridge:
             max_concurrent_workflow_tasks=s.temporal_max_concurrent_workflow_tasks,
             max_cached_workflows=s.temporal_max_cached_workflows,
         )
+        self.elector: LeaderElector | None = None
+        self._new_watchers()
+
+    def _new_watchers(self) -> None:
+        """Fresh watchers (and memory) for a term of leadership: nothing stale carries over."""
+        s = self.settings
         self.live_jobs = LiveJobs()
         self.pod_watcher = PodWatcher(
             self.kube,
@@ -362,21 +369,46 @@ class Bridge:
         self.node_watcher = NodeWatcher(self.kube, self.temporal, schedule_id=self.node_sync_schedule_id)
 
     async def run(self) -> None:
-        """Run until cancelled."""
+        """Run until cancelled: the worker always, the cluster-wide watchers in the leader only.
+
+        Every replica serves workflow and activity tasks on the task queue. With
+        LEADER_ELECTION the pod, job and node watchers run in the one replica that
+        holds the Lease; another takes over (re-listing everything) when it goes.
+        """
+        s = self.settings
         async with self.worker:
-            tasks = [
-                asyncio.create_task(self.pod_watcher.run(), name="pod watcher"),
-                asyncio.create_task(self.job_watcher.run(), name="job watcher"),
-                asyncio.create_task(self.node_watcher.run(), name="node watcher"),
-            ]
-            try:
-                await asyncio.gather(*tasks)
-            finally:
-                for task in tasks:
-                    task.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
-                await self.pod_watcher.close()
-                await self.job_watcher.close()
+            if not s.leader_election:
+                await self._watch()
+                return
+            self.elector = LeaderElector(
+                self.kube,
+                s.lease_namespace,
+                s.lease_name,
+                default_identity(),
+                LeaderTimings(s.lease_duration, s.renew_deadline, s.retry_period),
+            )
+            await self.elector.run(self._lead)
+
+    async def _lead(self) -> None:
+        try:
+            await self._watch()
+        finally:
+            self._new_watchers()  # the next term starts from a full list, as a new leader must
+
+    async def _watch(self) -> None:
+        tasks = [
+            asyncio.create_task(self.pod_watcher.run(), name="pod watcher"),
+            asyncio.create_task(self.job_watcher.run(), name="job watcher"),
+            asyncio.create_task(self.node_watcher.run(), name="node watcher"),
+        ]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self.pod_watcher.close()
+            await self.job_watcher.close()
 
 
 async def run_worker(settings: WorkerSettings) -> None:

@@ -73,6 +73,17 @@ BAD_VALUES = {
     "unknown selector operator": {
         "webhook": {"managedNamespaceSelector": {"matchExpressions": [{"key": "a", "operator": "Has"}]}}
     },
+    # The selector becomes a namespaceSelector, which the API server refuses in these shapes.
+    "In without values": {
+        "webhook": {"managedNamespaceSelector": {"matchExpressions": [{"key": "a", "operator": "In"}]}}
+    },
+    "Exists with values": {
+        "webhook": {
+            "managedNamespaceSelector": {
+                "matchExpressions": [{"key": "a", "operator": "Exists", "values": ["b"]}]
+            }
+        }
+    },
     "no cert-manager and no CA bundle": {"webhook": {"certManager": {"enabled": False}}},
     "memory that is not a quantity": {"worker": {"resources": {"limits": {"memory": "lots"}}}},
     "log level": {"worker": {"logLevel": "verbose"}},

@@ -22,7 +22,9 @@ HISTORIES = Path(__file__).parent.parent / "histories"
 async def test_recorded_placements_replay_with_the_current_workflow() -> None:
     files = sorted(HISTORIES.glob("*.json"))
     assert files, "no golden histories"
-    replayer = Replayer(workflows=[PlacementWorkflow, PlacementWorkflowV1], data_converter=pydantic_data_converter)
+    replayer = Replayer(
+        workflows=[PlacementWorkflow, PlacementWorkflowV1], data_converter=pydantic_data_converter
+    )
     for file in files:
         history = WorkflowHistory.from_json(file.stem, file.read_text())
         result = await replayer.replay_workflow(history, raise_on_replay_failure=False)

@@ -132,3 +132,24 @@ Exists -> "k"; DoesNotExist -> "!k". Empty when no selector is set.
 {{- end }}
 {{- join "," $parts }}
 {{- end }}
+
+{{/*
+The worker's Temporal TLS files: Secret volumes mounted whole (no subPath), so
+the kubelet refreshes them when the Secret changes and the worker reconnects
+with them (TEMPORAL_CREDENTIALS_RELOAD_INTERVAL) without a restart.
+*/}}
+{{- define "slurm-bridge.worker.temporalMtlsDir" -}}/var/run/secrets/temporal-mtls{{- end }}
+{{- define "slurm-bridge.worker.temporalCaDir" -}}/var/run/secrets/temporal-ca{{- end }}
+
+{{/* The worker ConfigMap's Temporal TLS and tuning settings; empty file settings mean "not used". */}}
+{{- define "slurm-bridge.worker.temporalConfig" -}}
+{{- $t := .Values.temporal }}
+TEMPORAL_TLS_CERT_FILE: {{ ternary (printf "%s/tls.crt" (include "slurm-bridge.worker.temporalMtlsDir" .)) "" (not (empty $t.mtls.secretName)) | quote }}
+TEMPORAL_TLS_KEY_FILE: {{ ternary (printf "%s/tls.key" (include "slurm-bridge.worker.temporalMtlsDir" .)) "" (not (empty $t.mtls.secretName)) | quote }}
+TEMPORAL_TLS_CA_FILE: {{ ternary (printf "%s/ca.crt" (include "slurm-bridge.worker.temporalCaDir" .)) "" (not (empty $t.caSecret.name)) | quote }}
+TEMPORAL_TLS_SERVER_NAME: {{ $t.serverName | quote }}
+TEMPORAL_CREDENTIALS_RELOAD_INTERVAL: {{ $t.credentialsReloadInterval | quote }}
+TEMPORAL_MAX_CONCURRENT_ACTIVITIES: {{ .Values.worker.maxConcurrentActivities | quote }}
+TEMPORAL_MAX_CONCURRENT_WORKFLOW_TASKS: {{ .Values.worker.maxConcurrentWorkflowTasks | quote }}
+TEMPORAL_MAX_CACHED_WORKFLOWS: {{ .Values.worker.maxCachedWorkflows | quote }}
+{{- end }}

@@ -1,0 +1,101 @@
+"""Replicas share the work, one leader watches: Lease election end to end on real Slurm.
+
+Two bridges (as two worker processes would: own Temporal connection, own
+Kubernetes and Slurm clients) serve the same task queue; only the holder of the
+coordination.k8s.io/v1 Lease runs the pod, job and node watchers. When it stops,
+the other takes over within the lease duration and re-lists: a pod created
+during the handover is placed, once.
+"""
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import pytest
+from temporalio.client import Client
+from tenacity import AsyncRetrying, stop_after_delay, wait_fixed
+
+from activities.kube_client import KubeClient, load_configuration
+from activities.slurm_client import SlurmClient
+from tests.e2e.conftest import StackFactory
+from tests.e2e.harness import Stack, bound, finished_cleanly, job_id_of
+from worker.main import Bridge
+
+pytestmark = pytest.mark.slurm
+
+TIMINGS = {"lease_duration": 2.0, "renew_deadline": 1.5, "retry_period": 0.3}
+
+
+@dataclass
+class Running:
+    bridge: Bridge
+    task: asyncio.Task[None]
+
+    @property
+    def leading(self) -> bool:
+        return self.bridge.elector is not None and self.bridge.elector.is_leader
+
+
+@contextlib.asynccontextmanager
+async def replica(stack: Stack) -> AsyncIterator[Running]:
+    kube = KubeClient(await load_configuration(str(stack.kubeconfig)))
+    slurm = SlurmClient(
+        stack.slurm_bed.rest_url, user_name=stack.slurm_bed.user_name, token_file=stack.slurm_bed.jwt_file
+    )
+    temporal = await Client.connect(
+        stack.temporal.service_client.config.target_host,
+        namespace=stack.temporal.namespace,
+        data_converter=stack.temporal.data_converter,
+    )
+    bridge = Bridge(temporal, kube, slurm, stack.settings)
+    running = Running(bridge, asyncio.create_task(bridge.run()))
+    try:
+        yield running
+    finally:
+        running.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running.task
+        await kube.close()
+        await slurm.close()
+
+
+async def leader_among(*replicas: Running) -> Running:
+    """The one replica that holds the Lease (asked of each elector: there is no event to wait on)."""
+    async for attempt in AsyncRetrying(wait=wait_fixed(0.1), stop=stop_after_delay(15), reraise=True):
+        with attempt:
+            leaders = [r for r in replicas if r.leading]
+            assert len(leaders) == 1, f"{len(leaders)} leaders"
+            return leaders[0]
+    raise AssertionError("unreachable")
+
+
+async def test_one_leader_watches_and_another_takes_over(make_stack: StackFactory) -> None:
+    stack = await make_stack(
+        nodes=2, bridge=False, leader_election=True, lease_namespace="default", **TIMINGS
+    )
+    async with replica(stack) as first, replica(stack) as second:
+        leader = await leader_among(first, second)
+        standby = second if leader is first else first
+        stack.create_pod("before")
+        before = await stack.wait_pod("before", bound)
+        assert leader.bridge.job_watcher.passes > 0
+        assert standby.bridge.job_watcher.passes == 0, "a standby asks Slurm nothing"
+        assert standby.bridge.pod_watcher.starts == 0
+
+        # The leader goes (a rolling upgrade: it releases the Lease); a pod arrives meanwhile.
+        leader.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await leader.task
+        stack.create_pod("during")
+        assert await leader_among(standby) is standby
+        during = await stack.wait_pod("during", bound)
+        assert {bound(before), bound(during)} == set(stack.partition.node_names)
+
+        for name in ("before", "during"):
+            stack.kube.set_pod_phase(stack.namespace, name, "Succeeded")
+            await stack.wait_pod(name, finished_cleanly)
+    jobs = await stack.partition_jobs()
+    assert sorted(j["job_id"] for j in jobs) == sorted([job_id_of(before) or 0, job_id_of(during) or 0])
+    bindings = [r for r in stack.kube.requests if r.method == "POST" and r.path.endswith("/binding")]
+    assert sorted(r.path.split("/")[-2] for r in bindings) == ["before", "during"]
