@@ -12,6 +12,8 @@ import yaml
 
 from bridge import grouping
 from bridge.grouping import Json, Kind
+from bridge.keys import ANNOTATION_PLACEMENT
+from bridge.models import GENERATION_SEPARATOR, PLACEMENT_ID_PREFIX
 from bridge.translate import Defaults, GroupShape, TranslationError, build_job
 
 
@@ -90,7 +92,9 @@ class Explanation:
     min_pods: int = 1
 
 
-async def explain(objects: list[Json], defaults: Defaults, namespace: str = "default") -> list[Explanation]:
+async def explain(
+    objects: list[Json], defaults: Defaults, namespace: str = "default", installation: str = "slurm-bridge"
+) -> list[Explanation]:
     reader = MemoryReader(_identify(obj, namespace) for obj in objects)
     pods = reader.pods()
     if not pods:
@@ -115,11 +119,24 @@ async def explain(objects: list[Json], defaults: Defaults, namespace: str = "def
             )
         except TranslationError as error:
             raise ExplainError(f"{group.kind} {group.name}: {error}") from None
+        job = job.model_copy(update={"comment": placement_id(installation, group, ordered[0])})
         explanations.append(Explanation(group.name, group.kind, job.pod_keys, job.to_slurm(), group.min_pods))
     return explanations
 
 
-async def explain_live(reader: grouping.Reader, pod: Json, defaults: Defaults) -> Explanation:
+def placement_id(installation: str, group: grouping.Group, first: Json) -> str:
+    """The job's comment, as the worker writes it: the pod's claim, else the one it would get."""
+    claim = ((first.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_PLACEMENT)
+    if isinstance(claim, str) and claim.startswith(PLACEMENT_ID_PREFIX):
+        return claim
+    return (
+        f"{PLACEMENT_ID_PREFIX}{installation}/{group.key}{GENERATION_SEPARATOR}{first['metadata'].get('uid')}"
+    )
+
+
+async def explain_live(
+    reader: grouping.Reader, pod: Json, defaults: Defaults, installation: str = "slurm-bridge"
+) -> Explanation:
     """The job for a pod in a cluster, with the group members that exist now."""
     group = await grouping.resolve(reader, pod)
     members = [pod]
@@ -133,4 +150,5 @@ async def explain_live(reader: grouping.Reader, pod: Json, defaults: Defaults) -
         shape=group.shape or GroupShape(name=group.name),
         defaults=defaults,
     )
+    job = job.model_copy(update={"comment": placement_id(installation, group, ordered[0])})
     return Explanation(group.name, group.kind, job.pod_keys, job.to_slurm(), group.min_pods)

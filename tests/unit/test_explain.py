@@ -224,3 +224,15 @@ def test_the_command_prints_job_desc_msgs_and_fails_with_one_line(tmp_path: Path
     assert failed.returncode == 2
     assert failed.stderr.count("\n") == 1
     assert "not YAML or JSON" in failed.stderr
+
+
+async def test_the_comment_is_the_placement_id_the_worker_would_write() -> None:
+    """explain prints what the worker submits, comment included (docs/architecture.md)."""
+    solo = pod("solo")
+    solo["metadata"]["uid"] = "uid-1"
+    [job] = await jobs(solo)
+    assert job.job_desc_msg["comment"] == "placement/slurm-bridge/default/solo/uid-1@uid-1"
+    claimed = pod("claimed")
+    claimed["metadata"]["annotations"] = {"slurm-bridge/placement": "placement/prod/default/claimed/u@u"}
+    [job] = await jobs(claimed)
+    assert job.job_desc_msg["comment"] == "placement/prod/default/claimed/u@u"
