@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from bridge.models import workflow_id_of
 from worker import logs
 from worker.settings import ConfigurationError, TemporalSettings, load, load_settings
 
@@ -190,6 +191,23 @@ def _temporal_settings(address: str | None, namespace: str | None, **more: Any) 
         fail(str(error))
 
 
+async def _claim_of(kubeconfig: str | None, namespace: str, name: str) -> str | None:
+    """The placement id on the pod, when the cluster can be read; None otherwise (best effort)."""
+    from activities.kube_client import KubeClient, KubeError, api_path, load_configuration
+    from worker.pod_watcher import claim_of
+
+    try:
+        kube = KubeClient(await load_configuration(kubeconfig))
+    except Exception:  # no kubeconfig, no service account: find it by pod name instead
+        return None
+    try:
+        return claim_of(await kube.request("GET", api_path("pods", namespace=namespace, name=name)))
+    except (KubeError, OSError):
+        return None
+    finally:
+        await kube.close()
+
+
 def _split_pod(reference: str) -> tuple[str, str]:
     namespace, _, name = reference.partition("/")
     if not namespace or not name:
@@ -211,17 +229,26 @@ def status(
     pod: Annotated[str, typer.Argument(help="namespace/name")],
     temporal_address: TemporalAddress = None,
     temporal_namespace: TemporalNamespace = None,
+    kubeconfig: Annotated[str | None, typer.Option(help="[KUBECONFIG]")] = None,
     as_json: AsJson = False,
 ) -> None:
-    """Where a pod's placement is: phase, Slurm job and state, pending reason, node, workflow link."""
+    """Where a pod's placement is: phase, Slurm job and state, pending reason, node, workflow link.
+
+    Any pod of a group finds the group's placement: the pod's claim annotation names it
+    (read from Kubernetes when it can be); otherwise the placement started by that pod.
+    """
     from worker.operations import find_placements, placement_state, placements_query
 
-    settings = _temporal_settings(temporal_address, temporal_namespace)
+    settings = _temporal_settings(temporal_address, temporal_namespace, kubeconfig=kubeconfig)
     namespace, name = _split_pod(pod)
 
     async def run() -> dict[str, Any]:
         client = await _connect(settings)
-        found = await find_placements(client, placements_query(namespace=namespace, name=name), limit=1)
+        query = placements_query(namespace=namespace, name=name)
+        claim = await _claim_of(settings.kubeconfig, namespace, name)
+        if claim is not None:
+            query = f"WorkflowId = '{workflow_id_of(claim)}'"
+        found = await find_placements(client, query, limit=1)
         if not found:
             fail(f"no placement found for pod {pod} (is its schedulerName the bridge's?)")
         state = await placement_state(client, found[0])

@@ -8,6 +8,8 @@ after the partition (so pod keys never collide across tests), and a Bridge
 
 import asyncio
 import contextlib
+import json
+import sys
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -205,3 +207,18 @@ def unique(prefix: str) -> str:
 
 def kube_path(namespace: str, name: str) -> str:
     return api_path("pods", namespace=namespace, name=name)
+
+
+async def slurm_bridge(stack: Stack, *args: str) -> Any:
+    """Run the real `slurm-bridge` command against this test's Temporal server; its JSON output."""
+    process = await asyncio.create_subprocess_exec(
+        str(Path(sys.executable).with_name("slurm-bridge")),
+        *args,
+        "--temporal-address",
+        stack.temporal.service_client.config.target_host,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await process.communicate()
+    assert process.returncode == 0, err.decode()
+    return json.loads(out)

@@ -9,7 +9,7 @@ from temporalio.client import WorkflowHandle
 from bridge import grouping, keys
 from bridge.models import PlacementState
 from tests.e2e.conftest import StackFactory
-from tests.e2e.harness import Pod, Stack, bound, finished_cleanly, job_id_of, make_pod
+from tests.e2e.harness import Pod, Stack, bound, finished_cleanly, job_id_of, make_pod, slurm_bridge
 from worker.pod_watcher import group_workflow_id
 from workflows.placement import PlacementWorkflow
 
@@ -87,6 +87,12 @@ async def test_pod_group_of_four_is_placed_together_on_four_nodes(make_stack: St
     )
     bindings = [r for r in stack.kube.requests if r.path.endswith("/binding")]
     assert len(bindings) == 4
+    # Any member finds the group's placement (through its claim annotation).
+    for name in names:
+        status = await slurm_bridge(
+            stack, "status", f"{stack.namespace}/{name}", "--kubeconfig", str(stack.kubeconfig), "--json"
+        )
+        assert (status["group"], status["phase"], len(status["pods"])) == ("mpi", "Bound", 4)
 
     for name in names:
         stack.kube.set_pod_phase(stack.namespace, name, "Succeeded")

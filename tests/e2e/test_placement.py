@@ -5,10 +5,7 @@ client over HTTP. Simulated: the Kubernetes API server (tests/kube_fake),
 whose role as kubelet the tests play by setting pod phases.
 """
 
-import asyncio
-import json
 import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,7 +18,7 @@ from temporalio.worker import Replayer
 from bench.probes import history_cost
 from bridge import keys
 from tests.e2e.conftest import StackFactory
-from tests.e2e.harness import Pod, Stack, bound, finished_cleanly, job_id_of
+from tests.e2e.harness import Pod, Stack, bound, finished_cleanly, job_id_of, slurm_bridge
 from worker.operations import RetryRefused, retry_placement
 from workflows.placement import PlacementWorkflow
 
@@ -34,21 +31,6 @@ def scheduled_condition(pod: Pod | None) -> dict[str, Any] | None:
         if condition["type"] == "PodScheduled":
             return dict(condition)
     return None
-
-
-async def slurm_bridge(stack: Stack, *args: str) -> Any:
-    """Run the real `slurm-bridge` command against this test's Temporal server; its JSON output."""
-    process = await asyncio.create_subprocess_exec(
-        str(Path(sys.executable).with_name("slurm-bridge")),
-        *args,
-        "--temporal-address",
-        stack.temporal.service_client.config.target_host,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await process.communicate()
-    assert process.returncode == 0, err.decode()
-    return json.loads(out)
 
 
 async def job_states(stack: Stack, job_id: int) -> list[str]:
