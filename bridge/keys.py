@@ -25,6 +25,9 @@ FINALIZER: Final = SCHEDULER_PREFIX + "finalizer"
 TAINT_MANAGED_NODE: Final = "slinky.slurm.net/managed-node"
 LABEL_SLURM_NODE_NAME: Final = "slinky.slurm.net/slurm-nodename"
 LABEL_EXTERNAL_NODE: Final = SCHEDULER_PREFIX + "external-node"
+# The same request under the name upstream's docs use; either label (any value) registers the node.
+LABEL_EXTERNAL_NODE_ALIAS: Final = SCHEDULER_PREFIX + "slurm-bridge-external-node"
+LABELS_EXTERNAL_NODE: Final = (LABEL_EXTERNAL_NODE, LABEL_EXTERNAL_NODE_ALIAS)
 ANNOTATION_EXTERNAL_NODE_PARTITIONS: Final = SCHEDULER_PREFIX + "external-node-partitions"
 ANNOTATION_TOPOLOGY_SPEC: Final = "topology.slinky.slurm.net/spec"
 

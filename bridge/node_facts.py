@@ -19,6 +19,7 @@ from bridge.node_actions import (
     REGISTRATION_FAILED,
     Json,
     Registration,
+    owned_by,
     ownership_comment,
 )
 from bridge.quantity import MIB, QuantityError, parse_quantity
@@ -59,7 +60,7 @@ def kube_node_view(node: Mapping[str, Any]) -> Json:
             "uid": meta.get("uid", ""),
             "resourceVersion": meta.get("resourceVersion", ""),
             "labels": {
-                k: labels[k] for k in (keys.LABEL_SLURM_NODE_NAME, keys.LABEL_EXTERNAL_NODE) if k in labels
+                k: labels[k] for k in (keys.LABEL_SLURM_NODE_NAME, *keys.LABELS_EXTERNAL_NODE) if k in labels
             },
             "annotations": {
                 k: annotations[k]
@@ -108,6 +109,21 @@ def slurm_name(kube: Json) -> str:
     return str(labels.get(keys.LABEL_SLURM_NODE_NAME) or kube_name(kube))
 
 
+def registration_label(kube: Json) -> str | None:
+    """The label asking node sync to register this node as an external Slurm node, if any."""
+    labels = kube["metadata"].get("labels") or {}
+    return next((label for label in keys.LABELS_EXTERNAL_NODE if label in labels), None)
+
+
+def runs_slurmd(kube: Json) -> bool:
+    """Marked as a node where slurmd runs: slurm-operator labels its nodes with their Slurm name.
+
+    Node sync never registers such a node as an external one, nor drains or deletes it as one:
+    the Slurm node of that name is (or is about to be) slurmd's own.
+    """
+    return bool((kube["metadata"].get("labels") or {}).get(keys.LABEL_SLURM_NODE_NAME))
+
+
 def drain_wanted(kube: Json) -> str | None:
     """Why Slurm must not start jobs on this node now, or None when it may."""
     name = kube_name(kube)
@@ -125,6 +141,15 @@ def drain_wanted(kube: Json) -> str | None:
 
 def is_external(node: Json) -> bool:
     return "EXTERNAL" in (node.get("state") or [])
+
+
+def registered_by_us(node: Json, scheduler_name: str) -> bool:
+    """An external Slurm node this bridge registered (its comment says so): the only kind it deletes.
+
+    A node slurmd registered (in slurm.conf, or dynamic: DYNAMIC_NORM without EXTERNAL)
+    never is, whatever its comment.
+    """
+    return is_external(node) and owned_by(node.get("comment"), scheduler_name)
 
 
 def is_drained(node: Json) -> bool:
@@ -257,3 +282,17 @@ def _first_ip(addresses: list[str]) -> str | None:
         except ValueError:
             continue
     return None
+
+
+def rules_signature(node: Json) -> str:
+    """What Kubernetes' node rules for pods look at: labels, taints, cordon, Ready (not heartbeats)."""
+    meta, spec = node.get("metadata") or {}, node.get("spec") or {}
+    ready = [
+        c.get("status")
+        for c in (node.get("status") or {}).get("conditions") or []
+        if c.get("type") == "Ready"
+    ]
+    return json.dumps(
+        [meta.get("labels") or {}, spec.get("taints") or [], bool(spec.get("unschedulable")), ready],
+        sort_keys=True,
+    )

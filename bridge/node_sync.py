@@ -12,7 +12,8 @@ else the node's own name):
   <scheduler>:NoExecute`; cordoned or not Ready → drain `slurm-bridge: <why>`;
   schedulable and Ready → undrain, only a drain of ours (our prefix, or no reason).
 - not managed: our taint is removed. Nothing is asked of Slurm for it.
-- labelled `scheduler.slinky.slurm.net/external-node`: registered as an external
+- labelled `scheduler.slinky.slurm.net/external-node` (or upstream docs'
+  `scheduler.slinky.slurm.net/slurm-bridge-external-node`): registered as an external
   Slurm node (once schedulable and Ready), marked ours in the node's comment.
   Partitions (= features) and CPUs/memory can only change by re-registering
   (slurmctld puts a node into NodeSet partitions only when it is created):
@@ -20,6 +21,11 @@ else the node's own name):
   Topology, address and GPUs are updated in place.
 - an external Slurm node marked ours whose Kubernetes node lost the label (or is
   gone): drain, wait until no job runs, delete. Nothing else is ever deleted.
+- slurmd nodes are never registered over, drained for removal or deleted: a
+  Kubernetes node labelled `slinky.slurm.net/slurm-nodename` (slurm-operator's mark
+  of a node running slurmd) is only tainted and drain-mirrored, as a managed node,
+  whatever other label it carries; so is a labelled node whose Slurm node is not
+  external (slurmd registered it).
 """
 
 from dataclasses import dataclass
@@ -31,6 +37,7 @@ from bridge.node_actions import (
     NOT_EXTERNAL,
     REGISTRATION_DEFERRED,
     REREGISTRATION_BLOCKED,
+    SLURMD_NODE,
     TAINT_CONFLICT,
     AddTaint,
     CreateSlurmNode,
@@ -44,7 +51,6 @@ from bridge.node_actions import (
     ReportEvent,
     UndrainSlurmNode,
     UpdateSlurmNode,
-    owned_by,
 )
 from bridge.node_facts import (
     NO_EXECUTE,
@@ -56,6 +62,9 @@ from bridge.node_facts import (
     is_drained,
     is_external,
     kube_name,
+    registered_by_us,
+    registration_label,
+    runs_slurmd,
     slurm_name,
 )
 
@@ -86,7 +95,7 @@ def plan(snapshot: NodeSnapshot, *, scheduler_name: str, default_partition: str)
             actions += _plan_node(ctx, _Node(kubes[0], name), slurm.get(name))
     for name in sorted(slurm.keys() - claimants.keys()):
         node = slurm[name]
-        if is_external(node) and owned_by(node.get("comment"), scheduler_name):
+        if registered_by_us(node, scheduler_name):
             actions += _removal(ctx, None, node, "its Kubernetes node is gone")
     return actions
 
@@ -117,15 +126,36 @@ def _name_conflict(name: str, kubes: list[Json]) -> list[NodeAction]:
 
 
 def _plan_node(ctx: _Context, node: _Node, slurm: Json | None) -> list[NodeAction]:
-    labels = node.kube["metadata"].get("labels") or {}
-    if keys.LABEL_EXTERNAL_NODE in labels:
+    if runs_slurmd(node.kube):
+        return _slurmd(ctx, node, slurm)
+    if registration_label(node.kube) is not None:
         return _external(ctx, node, slurm)
     if slurm is None:
         return _taint(ctx, node, want=False)
-    if is_external(slurm) and owned_by(slurm.get("comment"), ctx.scheduler_name):
+    if registered_by_us(slurm, ctx.scheduler_name):
         why = f"label {keys.LABEL_EXTERNAL_NODE} removed from Kubernetes node {kube_name(node.kube)}"
         return _removal(ctx, node, slurm, why)
     return _managed(ctx, node, slurm)
+
+
+def _slurmd(ctx: _Context, node: _Node, slurm: Json | None) -> list[NodeAction]:
+    """A node slurmd runs on (slurm-operator's label): managed like any mapped node, nothing more.
+
+    Never registered (slurmd registers it; a dynamic slurmd may not have yet), never
+    drained for removal nor deleted, even if an external node of ours carries its name.
+    """
+    label = registration_label(node.kube)
+    events: list[NodeAction] = []
+    if label is not None:
+        message = (
+            f"Kubernetes node {kube_name(node.kube)} carries {keys.LABEL_SLURM_NODE_NAME}="
+            f"{node.slurm_name}, the mark of a node running slurmd: label {label} is ignored, the bridge "
+            "never registers it as an external Slurm node; it only taints it and mirrors drains"
+        )
+        events.append(node.event(SLURMD_NODE, message))
+    if slurm is None:
+        return events + _taint(ctx, node, want=False)
+    return events + _managed(ctx, node, slurm)
 
 
 def _managed(ctx: _Context, node: _Node, slurm: Json) -> list[NodeAction]:

@@ -14,6 +14,7 @@ from bridge.node_actions import (
     REGISTRATION_DEFERRED,
     REGISTRATION_FAILED,
     REREGISTRATION_BLOCKED,
+    SLURMD_NODE,
     TAINT_CONFLICT,
     AddTaint,
     CreateSlurmNode,
@@ -282,10 +283,10 @@ def test_without_the_partitions_annotation_the_bridges_partition_is_used() -> No
     assert "Topology" not in create.registration.node_conf()
 
 
-def test_the_slurm_name_comes_from_the_label_and_the_comment_names_the_kubernetes_node() -> None:
-    create, _ = run_plan([external("k8s-1", labels={keys.LABEL_SLURM_NODE_NAME: "hpc-1"})])
+def test_the_comment_names_the_kubernetes_node_and_the_scheduler() -> None:
+    create, _ = run_plan([external("k8s-1")])
     assert isinstance(create, CreateSlurmNode)
-    assert create.slurm_node == create.registration.name == "hpc-1"
+    assert create.slurm_node == create.registration.name == "k8s-1"
     assert json.loads(create.registration.comment)["kubernetesNode"] == "k8s-1"
     assert owned_by(create.registration.comment, SCHEDULER)
     assert not owned_by(create.registration.comment, "another-scheduler")
@@ -318,10 +319,7 @@ def test_a_missing_partition_keeps_an_existing_registration_as_it_is() -> None:
         (external(memory="lots"), "allocatable memory"),
         (external(gpus={"nvidia.com/gpu": "x"}), "allocatable nvidia.com/gpu"),
         (external(annotations={keys.ANNOTATION_TOPOLOGY_SPEC: "a State=FUTURE"}), "is not a topology"),
-        (
-            external("bad name!", labels={keys.LABEL_SLURM_NODE_NAME: "bad name!"}),
-            "not a usable Slurm node name",
-        ),
+        (external("bad name!"), "not a usable Slurm node name"),
     ],
 )
 def test_a_node_that_cannot_be_registered_says_why(node: Json, words: str) -> None:
@@ -373,6 +371,91 @@ def test_a_labelled_regular_slurm_node_is_not_registered_but_still_mirrored() ->
     actions = run_plan([external(unschedulable=True)], [slurm(ext=False, cpus=64)])
     assert kinds(actions) == ["report_event", "add_taint", "drain_slurm_node"]
     assert events(actions)[0].reason == NOT_EXTERNAL
+
+
+# -- slurmd nodes (slurm-operator interop): never registered over, never deleted ----
+
+ALIAS = keys.LABEL_EXTERNAL_NODE_ALIAS
+SLURMD = {keys.LABEL_SLURM_NODE_NAME: "sn-1"}  # slurm-operator's mark of a node running slurmd
+
+
+def test_the_upstream_docs_label_registers_a_node_too() -> None:
+    node = kube(labels={ALIAS: "true"}, annotations={keys.ANNOTATION_EXTERNAL_NODE_PARTITIONS: "p1"})
+    create, taint = run_plan([node])
+    assert isinstance(create, CreateSlurmNode)
+    assert create.registration == run_plan([external()])[0].registration  # type: ignore[union-attr]
+    assert isinstance(taint, AddTaint)
+    # Registered under the alias: in step, nothing to do; removing it removes the node.
+    assert run_plan([kube(labels={ALIAS: ""}, tainted=True)], [ours(features=("slurm-bridge",))]) == []
+    assert kinds(run_plan([kube(tainted=True)], [ours()])) == [
+        "drain_slurm_node",
+        "delete_slurm_node",
+        "remove_taint",
+    ]
+
+
+def test_either_registration_label_changes_the_watch_signature() -> None:
+    plain = watch_signature(kube())
+    assert watch_signature(kube(labels={ALIAS: ""})) != plain
+    assert watch_signature(kube(labels={keys.LABEL_EXTERNAL_NODE: ""})) != plain
+
+
+@pytest.mark.parametrize("label", [keys.LABEL_EXTERNAL_NODE, ALIAS, None])
+@pytest.mark.parametrize(
+    ("slurm_nodes", "expected"),
+    [
+        # slurmd not registered yet (a dynamic slurmd starting): nothing is created in its place.
+        ([], []),
+        # slurmd's node (in slurm.conf, or dynamic `slurmd -Z`): tainted, cordon mirrored, nothing else.
+        ([slurm("sn-1", ext=False)], ["add_taint", "drain_slurm_node"]),
+        ([slurm("sn-1", ext=False, state=("IDLE", "DYNAMIC_NORM"))], ["add_taint", "drain_slurm_node"]),
+        # Even an external node of ours under its name is neither re-registered nor removed through it.
+        ([ours("sn-1", cpus=1, features=("p9",))], ["add_taint", "drain_slurm_node"]),
+    ],
+)
+def test_a_node_running_slurmd_is_never_registered_drained_as_external_or_deleted(
+    label: str | None, slurm_nodes: list[Json], expected: list[str]
+) -> None:
+    labels = {**SLURMD, **({label: "true"} if label else {})}
+    cordoned = kube("kn-1", labels=labels, unschedulable=True)
+    actions = run_plan([cordoned], slurm_nodes)
+    assert [a for a in kinds(actions) if a != "report_event"] == expected
+    assert not any(isinstance(a, CreateSlurmNode | DeleteSlurmNode | UpdateSlurmNode) for a in actions)
+    for drain in (a for a in actions if isinstance(a, DrainSlurmNode)):
+        assert drain.reason == PREFIX + "Kubernetes node kn-1 is cordoned"  # mirrored, not "removing"
+    if label is not None:
+        [event] = events(actions)
+        assert event.reason == SLURMD_NODE
+        assert f"{label} is ignored" in event.message
+    else:
+        assert events(actions) == []
+    if slurm_nodes:
+        # Schedulable again: our drain is lifted, as on any mapped node.
+        [current] = slurm_nodes
+        drained = {**current, "state": [*current["state"], "DRAIN"], "reason": actions[-1].reason}  # type: ignore[union-attr]
+        again = run_plan([kube("kn-1", labels=labels, tainted=True)], [drained])
+        assert [a for a in kinds(again) if a != "report_event"] == ["undrain_slurm_node"]
+
+
+@pytest.mark.parametrize("label", [keys.LABEL_EXTERNAL_NODE, ALIAS])
+@pytest.mark.parametrize(
+    "regular",
+    [
+        slurm(ext=False, cpus=64, features=("batch",)),  # slurm.conf node, shape unlike the Kubernetes node
+        slurm(
+            ext=False, state=("IDLE", "DYNAMIC_NORM"), comment=OURS
+        ),  # dynamic slurmd, even with our comment
+        slurm(ext=False, state=("IDLE", "DRAIN"), reason="RMA"),
+    ],
+)
+def test_a_same_named_regular_slurm_node_is_never_re_registered_or_deleted(label: str, regular: Json) -> None:
+    for node in (kube(labels={label: "true"}, tainted=True), kube(tainted=True), kube(cpu="8", tainted=True)):
+        actions = run_plan([node], [regular])
+        assert not any(isinstance(a, CreateSlurmNode | DeleteSlurmNode | UpdateSlurmNode) for a in actions)
+        assert not any("removing" in a.reason for a in actions if isinstance(a, DrainSlurmNode))
+    labelled = run_plan([kube(labels={label: "true"}, tainted=True)], [regular])
+    assert events(labelled)[0].reason == NOT_EXTERNAL
+    assert not any(isinstance(a, DeleteSlurmNode) for a in run_plan([], [regular]))
 
 
 # -- re-registration: CPUs, memory, partitions ----------------------------------
