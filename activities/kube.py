@@ -19,6 +19,7 @@ from activities.kube_client import MERGE_PATCH, Json, KubeClient, KubeConflict, 
 from activities.kube_reader import KubeReader
 from bridge import grouping, keys
 from bridge.models import JobDescription, PlacementRequest, PodRef
+from bridge.policy import PolicyFile
 from bridge.translate import Defaults, GroupShape, TranslationError, build_job
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,8 @@ def now() -> str:
 class KubeSettings:
     scheduler_name: str = keys.DEFAULT_SCHEDULER_NAME
     defaults: Defaults = field(default_factory=Defaults)
+    # The tenant policy (TENANT_POLICY_FILE), re-read when the file changes.
+    policy: PolicyFile = field(default_factory=PolicyFile)
 
 
 class KubeActivities:
@@ -126,6 +129,7 @@ class KubeActivities:
                 shape=group.shape or GroupShape(name=request.group),
                 defaults=self.settings.defaults,
                 excluded_nodes=excluded_nodes,
+                policy=self.settings.policy.current(),
             )
         except (TranslationError, grouping.GroupError) as error:
             raise ApplicationError(str(error), type=INVALID_POD, non_retryable=True) from error

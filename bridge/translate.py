@@ -13,6 +13,7 @@ from typing import Any
 from bridge import keys
 from bridge.annotations import AnnotationError, JobAnnotations, parse_job_annotations
 from bridge.models import JobDescription, NoValNumber, admin_comment_for
+from bridge.policy import PolicySet
 from bridge.quantity import mebibytes, whole_cpus
 from bridge.resources import DRA_CPU, Pod, PodSpecError, group_resources, placement_problems
 
@@ -78,6 +79,7 @@ def build_job(
     shape: GroupShape,
     defaults: Defaults,
     excluded_nodes: Sequence[str] | None = None,
+    policy: PolicySet | None = None,
 ) -> JobDescription:
     """The job_desc_msg for a group of pods placed together, one pod per node.
 
@@ -85,6 +87,8 @@ def build_job(
     for, each resource on its own (`bridge.resources.group_resources`), so
     whichever pod lands on a node fits there. `excluded_nodes` are Slurm node
     names the job must avoid (`bridge.feasibility.excluded_slurm_nodes`).
+    `policy` is the tenant policy (`bridge.policy`) of the pods' namespace:
+    its violations are problems, its defaults fill what the annotations leave out.
     """
     if not pods:
         raise TranslationError(f"{shape.name}: no pods to place")
@@ -96,6 +100,11 @@ def build_job(
     except AnnotationError as error:
         problems += [str(p) for p in error.problems]
         overrides = JobAnnotations()
+    else:
+        if policy is not None:
+            namespace = str((pods[0].get("metadata") or {}).get("namespace") or "")
+            problems += policy.check(namespace, overrides, fallback_partition=defaults.partition)
+            overrides = policy.apply_defaults(namespace, overrides)
     if problems:
         raise TranslationError("; ".join(problems))
 
@@ -152,7 +161,11 @@ def build_job(
 
 
 def build_pod_job(
-    pod: Mapping[str, Any], *, defaults: Defaults, excluded_nodes: Sequence[str] | None = None
+    pod: Mapping[str, Any],
+    *,
+    defaults: Defaults,
+    excluded_nodes: Sequence[str] | None = None,
+    policy: PolicySet | None = None,
 ) -> JobDescription:
     """A bare pod (no supported owning workload): its own annotations, one node."""
     meta = pod.get("metadata") or {}
@@ -162,4 +175,5 @@ def build_pod_job(
         shape=GroupShape(name=pod_key(pod)),
         defaults=defaults,
         excluded_nodes=excluded_nodes,
+        policy=policy,
     )

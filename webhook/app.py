@@ -8,6 +8,7 @@ without a time limit.
 """
 
 import asyncio
+import dataclasses
 import json
 import logging
 import time
@@ -21,6 +22,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
+from bridge.policy import PolicyFile
 from webhook.metrics import Metrics
 from webhook.mutate import mutate
 from webhook.namespaces import ManagedNamespaces, NamespaceLookupError
@@ -117,8 +119,10 @@ class Webhook:
         max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
         body_timeout: float = 10.0,
         lookup_timeout: float = 3.0,
+        tenant_policy: PolicyFile | None = None,
     ) -> None:
         self.policy = policy
+        self.tenant_policy = tenant_policy
         self.namespaces = namespaces
         self.metrics = metrics or Metrics()
         self.max_request_bytes = max_request_bytes
@@ -153,7 +157,11 @@ class Webhook:
                 f"({error or 'the API server did not answer in time'}); try again",
             )
         try:
-            response = DECISIONS[endpoint](request, managed=managed, policy=self.policy)
+            policy = self.policy
+            if self.tenant_policy is not None:
+                # Re-read when the file changed: a ConfigMap update applies without a restart.
+                policy = dataclasses.replace(policy, tenants=self.tenant_policy.current())
+            response = DECISIONS[endpoint](request, managed=managed, policy=policy)
         except Exception:
             # A bug, not the user's fault: deny (failing closed, like failurePolicy: Fail) and say so.
             self.metrics.internal_errors.labels(endpoint).inc()

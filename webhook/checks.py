@@ -161,6 +161,22 @@ def pod_problems(pod: Mapping[str, Any], *, where: str = "", node_name_allowed: 
     return problems + [prefix + problem for problem in found]
 
 
+def tenant_problems(
+    annotations: Mapping[str, str], namespace: str, policy: AdmissionPolicy, where: str = ""
+) -> list[str]:
+    """How these annotations break the namespace's tenant policy (`bridge.policy`), in the worker's words.
+
+    Annotations the parser refuses are reported by the parser's own problems, not here.
+    """
+    if not policy.tenants.restricts:
+        return []
+    job, _ = annotation_problems(annotations)
+    if job is None:
+        return []
+    prefix = f"in {where.rstrip('.')}: " if where else ""
+    return [prefix + problem for problem in policy.tenants.check(namespace, job)]
+
+
 def translation_problem(pod: Mapping[str, Any]) -> str | None:
     """What the worker's own translation of a bare pod says, when the checks above found nothing.
 

@@ -17,6 +17,7 @@ import uvicorn
 from starlette.applications import Starlette
 
 from activities.kube_client import KubeClient, load_configuration
+from bridge.policy import PolicyError, PolicyFile
 from webhook.app import Webhook, create_app
 from webhook.namespaces import ManagedNamespaces, NamespaceLabelCache, SelectedNamespaces, StaticNamespaces
 from webhook.policy import AdmissionPolicy
@@ -77,10 +78,17 @@ async def build_server(settings: WebhookSettings) -> uvicorn.Server:
     Call it inside the event loop that will serve: the Kubernetes client binds to it.
     """
     certificate = load_certificate(settings)
+    try:
+        tenant_policy = PolicyFile(settings.tenant_policy_file)
+    except PolicyError as error:
+        raise ConfigurationError(
+            f"invalid setting TENANT_POLICY_FILE (--tenant-policy-file): {error}"
+        ) from None
     webhook_ = Webhook(
         policy=AdmissionPolicy(settings.scheduler_name, frozenset(settings.bridge_service_accounts)),
         namespaces=await managed_namespaces(settings),
         max_request_bytes=settings.max_request_bytes,
+        tenant_policy=tenant_policy,
     )
     config = uvicorn_config(create_app(webhook_), certificate, host=settings.host, port=settings.port)
     return uvicorn.Server(config)
@@ -137,6 +145,13 @@ def webhook(
         int | None,
         typer.Option(help="largest AdmissionReview accepted, default 8 MiB [WEBHOOK_MAX_REQUEST_BYTES]"),
     ] = None,
+    tenant_policy_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="accounts, QOS, partitions... each namespace may ask for, re-read when it changes; "
+            "unset: no restrictions [TENANT_POLICY_FILE]"
+        ),
+    ] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning")] = "info",
 ) -> None:
     """Serve the admission webhook: AdmissionReview v1 on /mutate and /validate over HTTPS."""
@@ -152,6 +167,7 @@ def webhook(
             bridge_service_accounts=bridge_service_accounts,
             kubeconfig=kubeconfig,
             max_request_bytes=max_request_bytes,
+            tenant_policy_file=tenant_policy_file,
         )
         load_certificate(settings)  # fail at start, with the one-line message, not inside the server
         if log_level.upper() not in logging.getLevelNamesMapping():

@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bridge import keys
+from bridge.policy import PolicySet
 
 DEFAULT_SCHEDULER = "default-scheduler"
 MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
@@ -17,6 +18,8 @@ class AdmissionPolicy:
     scheduler_name: str = keys.DEFAULT_SCHEDULER_NAME
     # Usernames allowed to write the bridge-owned label and annotations (checks.OWNED_KEYS).
     bridge_users: frozenset[str] = field(default_factory=frozenset)
+    # The tenant policy in force for this decision (the Webhook re-reads its file).
+    tenants: PolicySet = field(default_factory=PolicySet, compare=False, hash=False)
 
     def is_bridge_user(self, username: str) -> bool:
         return username in self.bridge_users

@@ -8,6 +8,8 @@ Pods:
   topologySpreadConstraints, resourceClaims, cpu together with DRA cpu,
   unsupported DRA classes, bad quantities, and valid `slurmjob.slinky.slurm.net/*`
   annotations; a bare pod must also pass the worker's translation;
+- the `slurmjob.slinky.slurm.net/*` annotations of a bridge pod or workload (and
+  of its templates) must keep to the namespace's tenant policy (`bridge.policy`);
 - `pods/resize` of a bridge pod is refused (its Slurm allocation is fixed).
 Workloads (Job, JobSet, LeaderWorkerSet, PodGroup): see `webhook.workloads`.
 
@@ -18,7 +20,14 @@ predates the webhook can still be updated (finalizers removed, labels added).
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from webhook.checks import owned_keys_on_create, owned_keys_on_update, pod_problems, translation_problem
+from webhook.checks import (
+    metadata_maps,
+    owned_keys_on_create,
+    owned_keys_on_update,
+    pod_problems,
+    tenant_problems,
+    translation_problem,
+)
 from webhook.policy import AdmissionPolicy, has_controller, is_bridge_pod
 from webhook.review import AdmissionRequest, AdmissionResponse
 from webhook.workloads import WORKLOADS, workload_problems
@@ -54,8 +63,12 @@ def _new_problems(
     return [p for p in after if p not in before], [p for p in after if p in before]
 
 
-def _pod_checks(pod: Mapping[str, Any], *, creating: bool) -> list[str]:
+def _pod_checks(
+    pod: Mapping[str, Any], *, creating: bool, namespace: str, policy: AdmissionPolicy
+) -> list[str]:
     problems = pod_problems(pod, node_name_allowed=not creating)
+    if not problems:
+        problems += tenant_problems(metadata_maps(pod)[1], namespace, policy)
     if not problems and not has_controller(pod):
         # A bare pod is its own Slurm job: the worker's translation must accept it.
         # (A workload's pods are translated with the workload's shape and
@@ -72,7 +85,7 @@ def _validate_pod(request: AdmissionRequest, *, managed: bool, policy: Admission
     if request.operation == "CREATE":
         problems = [] if bridge_user else owned_keys_on_create(pod, policy)
         if is_bridge_pod(pod, managed=managed, policy=policy):
-            problems += _pod_checks(pod, creating=True)
+            problems += _pod_checks(pod, creating=True, namespace=request.namespace, policy=policy)
         return (
             denial(request.uid, "pod not accepted", problems)
             if problems
@@ -83,7 +96,9 @@ def _validate_pod(request: AdmissionRequest, *, managed: bool, policy: Admission
     # An existing pod is the bridge's only if it names our scheduler: a pod
     # created before its namespace became managed still belongs to kube-scheduler.
     if is_bridge_pod(pod, managed=False, policy=policy):
-        introduced, existing = _new_problems(lambda p: _pod_checks(p, creating=False), old, pod)
+        introduced, existing = _new_problems(
+            lambda p: _pod_checks(p, creating=False, namespace=request.namespace, policy=policy), old, pod
+        )
         problems += introduced
     if problems:
         return denial(request.uid, "pod update not accepted", problems)
@@ -132,7 +147,7 @@ def validate(request: AdmissionRequest, *, managed: bool, policy: AdmissionPolic
         find = WORKLOADS[(group, resource)]
 
         def problems_of(obj: Mapping[str, Any]) -> list[str]:
-            return workload_problems(find, obj, managed=managed, policy=policy)
+            return workload_problems(find, obj, managed=managed, policy=policy, namespace=request.namespace)
 
         existing: list[str] = []
         if request.operation == "CREATE":

@@ -15,7 +15,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from bridge import keys
-from webhook.checks import annotation_problems, metadata_maps, owned_keys_on_create, pod_problems
+from webhook.checks import (
+    annotation_problems,
+    metadata_maps,
+    owned_keys_on_create,
+    pod_problems,
+    tenant_problems,
+)
 from webhook.policy import AdmissionPolicy, is_bridge_pod
 
 Template = tuple[str, Mapping[str, Any]]  # (path for messages, pod template)
@@ -67,7 +73,12 @@ WORKLOADS: dict[tuple[str, str], TemplateFinder] = {
 
 
 def workload_problems(
-    find_templates: TemplateFinder, obj: Mapping[str, Any], *, managed: bool, policy: AdmissionPolicy
+    find_templates: TemplateFinder,
+    obj: Mapping[str, Any],
+    *,
+    managed: bool,
+    policy: AdmissionPolicy,
+    namespace: str = "",
 ) -> list[str]:
     _, annotations, problems = metadata_maps(obj)
     if problems:
@@ -84,7 +95,11 @@ def workload_problems(
     if not selects:
         return problems
     problems += annotation_problems(annotations)[1]
+    problems += tenant_problems(annotations, namespace, policy)
     for path, template in ours:
         # nodeName in a template is harmless: /mutate removes it from every pod.
-        problems += pod_problems(template, where=path, node_name_allowed=True)
+        found = pod_problems(template, where=path, node_name_allowed=True)
+        if not found:
+            found = tenant_problems(metadata_maps(template, path)[1], namespace, policy, where=path)
+        problems += found
     return problems

@@ -138,6 +138,11 @@ The worker's Temporal TLS files: Secret volumes mounted whole (no subPath), so
 the kubelet refreshes them when the Secret changes and the worker reconnects
 with them (TEMPORAL_CREDENTIALS_RELOAD_INTERVAL) without a restart.
 */}}
+{{- /* The tenant policy: directory of the mounted ConfigMap, and the file the worker and webhook read. */ -}}
+{{- define "slurm-bridge.tenantPolicyDir" -}}/etc/slurm-bridge/tenant-policy{{- end }}
+{{- define "slurm-bridge.tenantPolicyFile" -}}
+{{- if .Values.tenantPolicy.enabled }}{{ include "slurm-bridge.tenantPolicyDir" . }}/policy.yaml{{ end }}
+{{- end }}
 {{- define "slurm-bridge.worker.temporalMtlsDir" -}}/var/run/secrets/temporal-mtls{{- end }}
 {{- define "slurm-bridge.worker.temporalCaDir" -}}/var/run/secrets/temporal-ca{{- end }}
 
