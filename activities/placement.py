@@ -25,7 +25,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.errors import classified
 from activities.kube import BOUND_ELSEWHERE, KubeActivities, now
-from activities.kube_client import Json, KubeConflict, KubeError, KubeNotFound, api_path
+from activities.kube_client import Json, KubeClient, KubeConflict, KubeError, KubeNotFound, api_path
 from activities.slurm import ENDED_STATES, SlurmActivities, job_event
 from activities.slurm_client import SlurmNotFound, SlurmRejected
 from bridge import keys
@@ -49,6 +49,18 @@ log = logging.getLogger(__name__)
 TOO_MANY_REQUESTS = 429  # what an eviction a PodDisruptionBudget forbids answers
 INVALID_NODE_NAME = 2018  # Slurm: "Invalid node name specified"
 CAS_ATTEMPTS = 5  # a pod edited by others this often in a row: let the activity retry later
+
+
+async def bridge_nodes(kube: KubeClient) -> list[Json]:
+    """The nodes the bridge places on: registered by node sync, or running slurmd (mapped by label).
+
+    Selected by label, so the cost follows the bridge's nodes, not the cluster's.
+    """
+    nodes: dict[str, Json] = {}
+    for selector in (*keys.LABELS_EXTERNAL_NODE, keys.LABEL_SLURM_NODE_NAME):
+        listed = await kube.request("GET", api_path("nodes"), query={"labelSelector": selector})
+        nodes.update({node["metadata"]["name"]: node for node in listed.get("items", [])})
+    return list(nodes.values())
 
 
 class PlacementActivities:
@@ -115,15 +127,7 @@ class PlacementActivities:
         )
 
     async def _bridge_nodes(self) -> list[Json]:
-        """The nodes the bridge places on: registered by node sync, or running slurmd (mapped by label).
-
-        Selected by label, so the cost follows the bridge's nodes, not the cluster's.
-        """
-        nodes: dict[str, Json] = {}
-        for selector in (keys.LABEL_EXTERNAL_NODE, keys.LABEL_SLURM_NODE_NAME):
-            listed = await self.kube.kube.request("GET", api_path("nodes"), query={"labelSelector": selector})
-            nodes.update({node["metadata"]["name"]: node for node in listed.get("items", [])})
-        return list(nodes.values())
+        return await bridge_nodes(self.kube.kube)
 
     async def _submit(
         self, job: JobDescription, placement_id: str, *, since: int, recovery: bool

@@ -40,11 +40,13 @@ from activities.slurm import SlurmActivities
 from activities.slurm_client import SlurmClient
 from activities.sweep import SweepActivities
 from bridge import search_attributes as sa
+from bridge.policy import PolicyFile
 from bridge.translate import Defaults
 from worker.job_registry import LiveJobs
 from worker.job_watcher import JobWatcher
 from worker.leader import LeaderElector, LeaderTimings, default_identity
 from worker.metrics import slurm_observer
+from worker.node_rules import ExclusionRefresher
 from worker.node_watcher import NodeWatcher
 from worker.pod_watcher import PodWatcher
 from worker.schedules import NODE_SYNC_SCHEDULE_ID, ensure_node_sync_schedule, ensure_sweep_schedule
@@ -304,7 +306,11 @@ class Bridge:
         s = self.settings
         kube_activities = KubeActivities(
             self.kube,
-            KubeSettings(scheduler_name=s.scheduler_name, defaults=Defaults(s.partition, s.mcs_label)),
+            KubeSettings(
+                scheduler_name=s.scheduler_name,
+                defaults=Defaults(s.partition, s.mcs_label),
+                policy=PolicyFile(s.tenant_policy_file),
+            ),
         )
         slurm_activities = SlurmActivities(self.slurm)
         placement_activities = PlacementActivities(kube_activities, slurm_activities)
@@ -366,7 +372,16 @@ class Bridge:
             ready=self.pod_watcher.synced,
             interval=s.job_watch_interval,
         )
-        self.node_watcher = NodeWatcher(self.kube, self.temporal, schedule_id=self.node_sync_schedule_id)
+        refresher = ExclusionRefresher(
+            self.kube,
+            self.slurm,
+            self.temporal,
+            scheduler_name=s.scheduler_name,
+            installation=s.installation_id,
+        )
+        self.node_watcher = NodeWatcher(
+            self.kube, self.temporal, schedule_id=self.node_sync_schedule_id, refresher=refresher
+        )
 
     async def run(self) -> None:
         """Run until cancelled: the worker always, the cluster-wide watchers in the leader only.

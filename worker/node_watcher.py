@@ -8,7 +8,8 @@ heartbeats). A burst of them (a cordon of a whole rack) becomes one
 trigger, `debounce` seconds after the first change.
 
 A trigger also tells the placements that no node could take (phase
-Unschedulable) to look again.
+Unschedulable) to look again, and the pending ones whose job's excluded nodes
+no longer match the nodes' rules to update their job (worker/node_rules.py).
 
 A trigger asks the Schedule for one run with overlap BUFFER_ONE: a run already
 going may have read the nodes before this change, so one more run is queued
@@ -23,8 +24,9 @@ from temporalio.client import Client, ScheduleOverlapPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.kube_client import Json, KubeClient, api_path
-from bridge.node_facts import watch_signature
+from bridge.node_facts import rules_signature, watch_signature
 from worker.informer import EventType, Informer, missing
+from worker.node_rules import ExclusionRefresher
 from workflows.placement import WORKFLOW_TYPE, PlacementWorkflow
 
 log = logging.getLogger(__name__)
@@ -37,12 +39,19 @@ MAX_WAKE = 10_000
 
 class NodeWatcher:
     def __init__(
-        self, kube: KubeClient, temporal: Client, *, schedule_id: str, debounce: float = 1.0
+        self,
+        kube: KubeClient,
+        temporal: Client,
+        *,
+        schedule_id: str,
+        debounce: float = 1.0,
+        refresher: ExclusionRefresher | None = None,
     ) -> None:
         self.kube = kube
         self.temporal = temporal
         self.schedule_id = schedule_id
         self.debounce = debounce
+        self.refresher = refresher
         self.informer = Informer(
             kube, api_path("nodes"), name="nodes", on_event=self._on_event, on_synced=self._on_synced
         )
@@ -51,6 +60,8 @@ class NodeWatcher:
         self.paused_skips = 0  # changes not synced because the schedule was paused
         self.wakes = 0  # unschedulable placements told that nodes changed
         self._signature: dict[str, str] = {}
+        self._rules: dict[str, str] = {}
+        self._sync_due = False
         self._changed = asyncio.Event()
         self._missing_logged = False
 
@@ -70,14 +81,27 @@ class NodeWatcher:
                 self._signature.pop(name, None)
             else:
                 self._signature[name] = signature
+            self._sync_due = True
+            self._changed.set()
+        # What a pod's node rules look at (any label or taint, cordon, Ready) matters to
+        # placements even where node sync has nothing to do.
+        rules = None if kind == "DELETED" else rules_signature(node)
+        if self._rules.get(name) != rules:
+            if rules is None:
+                self._rules.pop(name, None)
+            else:
+                self._rules[name] = rules
             self._changed.set()
 
     def _on_synced(self, names: frozenset[str]) -> None:
         gone = missing(self._signature, names)
         for name in gone:
             del self._signature[name]
+        for name in missing(self._rules, names):
+            del self._rules[name]
         if gone or not self.synced.is_set():
             # The first list always triggers: whatever changed while no worker ran.
+            self._sync_due = True
             self._changed.set()
 
     async def _trigger_loop(self) -> None:
@@ -85,11 +109,16 @@ class NodeWatcher:
             await self._changed.wait()
             await asyncio.sleep(self.debounce)  # coalesce a burst of changes into one run
             self._changed.clear()
+            sync_due, self._sync_due = self._sync_due, False
             try:
-                await self._trigger()
+                if sync_due:
+                    await self._trigger()
                 await self._wake_unschedulable()
+                if self.refresher is not None:
+                    await self.refresher.refresh()
             except Exception as error:  # Temporal unreachable, say: this loop must outlive it
                 log.warning("could not trigger node sync (schedule %s): %s", self.schedule_id, error)
+                self._sync_due = self._sync_due or sync_due
                 self._changed.set()  # the change still needs a run
                 await asyncio.sleep(5)
 

@@ -90,6 +90,7 @@ class PlacementWorkflow(GroupMembers):
         self._deleting_since: datetime | None = None
         self._leaving_since: datetime | None = None  # first seen pods of an ended job on our nodes
         self._leaving_bound = timedelta(0)
+        self._nodes_changed = False  # the job's excluded nodes may no longer fit the node rules
         for event in request.events:
             self._apply_pod(event)
         if request.carry is not None:
@@ -109,7 +110,8 @@ class PlacementWorkflow(GroupMembers):
 
     @workflow.signal
     def nodes_changed(self) -> None:
-        """The bridge's nodes changed: an unschedulable placement looks again."""
+        """The bridge's nodes changed: an unschedulable placement looks again, a pending one updates."""
+        self._nodes_changed = True
         self._changes += 1
 
     @workflow.signal
@@ -401,7 +403,8 @@ class PlacementWorkflow(GroupMembers):
     # -- annotations and newcomers ---------------------------------------------
 
     async def _follow_annotations(self, job_id: int, *, pending: bool) -> None:
-        if not self._annotations_changed():
+        nodes_changed, self._nodes_changed = self._nodes_changed, False
+        if not (self._annotations_changed() or (pending and nodes_changed)):
             return
         if pending:
             request = self._members_request()

@@ -153,3 +153,31 @@ async def test_an_excluded_node_unknown_to_slurm_is_dropped_not_fatal(make_stack
     pod = await stack.wait_pod("steady", bound)
     assert bound(pod) == node
     await finish(stack, "steady")
+
+
+async def test_a_pending_jobs_exclusions_follow_node_changes(make_stack: StackFactory) -> None:
+    """A taint added while a job waits in Slurm updates its excluded_nodes (and only that job's)."""
+    stack = await make_stack(nodes=2)
+    first, second = stack.partition.node_names
+    for name in ("h1", "h2"):
+        stack.create_pod(name)
+        await stack.wait_pod(name, bound)
+    stack.create_pod("waiting")
+    pod = await stack.wait_pod(
+        "waiting", lambda p: (scheduled_condition(p) or {}).get("reason") == "Resources"
+    )
+    assert excluded(await submitted_job(stack, pod)) == ""
+
+    taint = {"key": "maintenance", "effect": "NoSchedule"}
+    stack.kube.update_object("nodes", second, lambda n: n["spec"].update(taints=[taint]))
+    await stack.kube.wait_for_async(
+        lambda: any(e["reason"] == "SlurmJobUpdated" for e in stack.events("waiting")), timeout=30
+    )
+    assert excluded(await submitted_job(stack, pod)) == second
+
+    holder = "h1" if bound(stack.pod("h1")) == first else "h2"
+    stack.kube.set_pod_phase(stack.namespace, holder, "Succeeded")
+    assert bound(await stack.wait_pod("waiting", bound)) == first
+    for name in ("h1", "h2", "waiting"):
+        stack.kube.set_pod_phase(stack.namespace, name, "Succeeded")
+        await stack.wait_pod(name, finished_cleanly)

@@ -1,0 +1,94 @@
+"""Keep pending jobs' `excluded_nodes` in step with the nodes' labels, taints and cordons.
+
+A pending job was submitted with the nodes its pods could not run on excluded.
+When nodes change (a label, a taint, a cordon), the set can change under it:
+after each burst of node changes (the node watcher coalesces them) this looks
+at the bridge's submitted-but-unbound pods, recomputes each job's exclusions
+with Kubernetes' rules and tells only the placements whose set changed
+(`nodes_changed`); the placement updates its job in an activity. So a node
+change costs one pod listing, one job read per pending job and a signal only
+where something is to be done.
+"""
+
+import logging
+from collections import defaultdict
+
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
+
+from activities.kube_client import Json, KubeClient, api_path
+from activities.placement import bridge_nodes
+from activities.slurm_client import SlurmClient, SlurmNotFound
+from bridge import hostlist, keys
+from bridge.feasibility import excluded_slurm_nodes, group_feasibility
+from bridge.models import installation_of, workflow_id_of
+from bridge.pod_events import job_id_label
+from worker.pod_watcher import claim_of
+from workflows.placement import PlacementWorkflow
+
+log = logging.getLogger(__name__)
+
+
+class ExclusionRefresher:
+    def __init__(
+        self,
+        kube: KubeClient,
+        slurm: SlurmClient,
+        temporal: Client,
+        *,
+        scheduler_name: str,
+        installation: str,
+    ) -> None:
+        self.kube = kube
+        self.slurm = slurm
+        self.temporal = temporal
+        self.scheduler_name = scheduler_name
+        self.installation = installation
+        self.told = 0  # placements told that their job's exclusions changed
+
+    async def refresh(self) -> int:
+        """Tell the pending placements whose usable nodes changed; returns how many."""
+        nodes = await bridge_nodes(self.kube)
+        if not nodes:
+            return 0
+        listed = await self.kube.request(
+            "GET",
+            api_path("pods"),
+            query={
+                "fieldSelector": f"spec.schedulerName={self.scheduler_name},spec.nodeName=",
+                "labelSelector": keys.LABEL_SLURM_JOB_ID,
+            },
+        )
+        jobs: dict[int, list[Json]] = defaultdict(list)
+        claims: dict[int, str] = {}
+        for pod in listed.get("items", []):
+            claim, job_id = claim_of(pod), job_id_label(pod)
+            if claim is None or job_id is None or installation_of(claim) != self.installation:
+                continue
+            if (pod.get("metadata") or {}).get("deletionTimestamp"):
+                continue
+            jobs[job_id].append(pod)
+            claims[job_id] = claim
+        told = 0
+        for job_id, pods in jobs.items():
+            wanted = set(excluded_slurm_nodes(group_feasibility(pods, nodes)) or [])
+            try:
+                job = (await self.slurm.get_job(job_id)).model_dump(mode="json")
+            except SlurmNotFound:
+                continue
+            if "PENDING" not in (job.get("job_state") or []):
+                continue  # allocated already: the exclusions no longer matter
+            current = set(hostlist.expand(job.get("excluded_nodes") or ""))
+            if wanted == current:
+                continue
+            try:
+                await self.temporal.get_workflow_handle(workflow_id_of(claims[job_id])).signal(
+                    PlacementWorkflow.nodes_changed
+                )
+            except RPCError as error:
+                if error.status != RPCStatusCode.NOT_FOUND:
+                    raise
+                continue
+            told += 1
+        self.told += told
+        return told
