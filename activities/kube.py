@@ -5,7 +5,6 @@ second time) and checks the pod's UID, so a pod deleted and re-created under
 the same name is never touched by the old placement.
 """
 
-import logging
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -22,7 +21,8 @@ from bridge.models import JobDescription, PlacementRequest, PodRef
 from bridge.policy import PolicyFile
 from bridge.translate import Defaults, GroupShape, TranslationError, build_job
 
-log = logging.getLogger(__name__)
+# Temporal's activity logger: each line carries the workflow and activity ids.
+log = activity.logger
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
 
 # ApplicationError types the workflow's retry policies treat as final.

@@ -9,7 +9,6 @@ is not an external node of ours.
 
 import contextlib
 import hashlib
-import logging
 import socket
 from typing import Any
 
@@ -59,7 +58,8 @@ from bridge.node_facts import (
 )
 from bridge.slurm_api import UpdateNodeMsg
 
-log = logging.getLogger(__name__)
+# Temporal's activity logger: each line carries the workflow and activity ids.
+log = activity.logger
 
 EVENT_NAMESPACE = "default"  # where Events about cluster-scoped objects live
 TAINT_ATTEMPTS = 5

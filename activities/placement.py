@@ -16,7 +16,6 @@ node is accepted, and submission adopts the job carrying this placement's id
 whenever the attempt may follow an earlier one (docs/architecture.md).
 """
 
-import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -45,7 +44,8 @@ from bridge.models import (
 from bridge.pod_events import job_annotations, job_id_label
 from webhook.policy import managed_node_toleration, tolerates_managed_nodes
 
-log = logging.getLogger(__name__)
+# Temporal's activity logger: each line carries the workflow and activity ids.
+log = activity.logger
 TOO_MANY_REQUESTS = 429  # what an eviction a PodDisruptionBudget forbids answers
 INVALID_NODE_NAME = 2018  # Slurm: "Invalid node name specified"
 CAS_ATTEMPTS = 5  # a pod edited by others this often in a row: let the activity retry later

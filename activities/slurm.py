@@ -1,6 +1,5 @@
 """Slurm side effects of a placement, as Temporal activities, around one SlurmClient."""
 
-import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -12,7 +11,8 @@ from activities.slurm_client import SlurmClient, SlurmNotFound, SlurmRejected
 from bridge.models import PLACEMENT_ID_PREFIX, JobDescription, JobEvent, SubmitResult, admin_comment_pods
 from bridge.slurm_api import JobDescMsg
 
-log = logging.getLogger(__name__)
+# Temporal's activity logger: each line carries the workflow and activity ids.
+log = activity.logger
 
 SLURM_REJECTED = "SlurmRejected"
 # Job states after which Slurm holds nothing for the pods any more.

@@ -42,7 +42,6 @@ Each action costs a describe, a `GET /job/{id}`, a pod read per pod, its write
 """
 
 import asyncio
-import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
@@ -79,7 +78,8 @@ from bridge.pod_events import job_id_label, pod_event
 from worker.pod_watcher import claim_of
 from workflows.placement import PlacementWorkflow
 
-log = logging.getLogger(__name__)
+# Temporal's activity logger: each line carries the workflow and activity ids.
+log = activity.logger
 
 # The placement workflow types, today's and the frozen v1 (worker/operations.py).
 PLACEMENT_TYPES = "('Placement', 'PlacementWorkflow')"

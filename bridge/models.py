@@ -157,6 +157,9 @@ class PlacementRequest(Frozen):
     deletion_slack_seconds: float = 60.0
     # How long a PodDisruptionBudget may block the eviction of pods whose job ended before they are deleted.
     eviction_patience_seconds: float = 300.0
+    # How long one step (an activity and its retries) may keep failing before the pods are told
+    # (PlacementStuck) and it is tried again at workflow level.
+    step_bound_seconds: float = 300.0
     # Continue-as-new beyond this many history events (Temporal's limit is 51,200; tests go lower).
     history_events_limit: int = 2_000
     # What the starter saw of the pods (applied before run(): no start signal needed).

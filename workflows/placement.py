@@ -25,7 +25,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.placement import PlacementActivities
@@ -55,8 +55,8 @@ WORKFLOW_TYPE = "Placement"
 DEFAULT_RECHECK = timedelta(minutes=10)
 RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
 ATTEMPT_TIMEOUT = timedelta(seconds=60)
-# How long one step may keep failing before the user is told; then it is tried again.
-STEP_BOUND = timedelta(minutes=5)
+# How long one step may keep failing before the user is told (PlacementRequest.step_bound_seconds,
+# 5 minutes by default); then it is tried again after a pause.
 STUCK_PAUSE = timedelta(minutes=1)
 EVICTION_RETRY = timedelta(seconds=10)
 LEAVING_POLL = timedelta(seconds=1)
@@ -620,15 +620,16 @@ class PlacementWorkflow(GroupMembers):
         summary: str,
         must_finish: bool = False,
     ) -> Any:
-        """One activity, bounded: a step stuck past STEP_BOUND is reported on the pods and tried again."""
-        pause = STUCK_PAUSE
+        """One activity, bounded: a step stuck past its bound is reported on the pods and tried again."""
+        bound = timedelta(seconds=self.request.step_bound_seconds)
+        pause = min(STUCK_PAUSE, bound)
         while True:
             try:
                 return await workflow.execute_activity_method(
                     method,
                     args=list(args),
                     start_to_close_timeout=ATTEMPT_TIMEOUT,
-                    schedule_to_close_timeout=STEP_BOUND,
+                    schedule_to_close_timeout=bound,
                     retry_policy=RETRY,
                     summary=summary,
                 )
@@ -637,8 +638,8 @@ class PlacementWorkflow(GroupMembers):
                 final = isinstance(cause, ApplicationError) and cause.non_retryable
                 if final and not must_finish:
                     raise
-                if not final and not isinstance(cause, TimeoutError):
-                    raise
+                # Retryable all along and out of time (a timeout, or the last attempt's error when
+                # the next retry would pass the bound): tell the user, then try the step again.
                 await self._report_stuck(summary, error)
                 await workflow.sleep(pause, summary=f"retry: {summary}")
                 pause = min(pause * 2, timedelta(minutes=10))
@@ -646,7 +647,8 @@ class PlacementWorkflow(GroupMembers):
     async def _report_stuck(self, summary: str, error: ActivityError) -> None:
         """Best effort: the dependency that failed may be the one this report needs."""
         detail = str(error.cause or error)
-        message = f"step '{summary}' has not succeeded for {STEP_BOUND}: {detail}; retrying"
+        bound = timedelta(seconds=self.request.step_bound_seconds)
+        message = f"step '{summary}' has not succeeded for {bound}: {detail}; retrying"
         workflow.logger.warning("placement %s: %s", workflow.info().workflow_id, message)
         with contextlib.suppress(ActivityError):
             await workflow.execute_activity_method(

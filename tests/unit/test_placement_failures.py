@@ -1,0 +1,130 @@
+"""Failure paths of a placement: final errors end it at once, stuck steps are told and retried.
+
+Stand-in activities on the real dev server, with Temporal's time skipping for the
+five-minute bound of a step: the workflow's own decisions, not the I/O, are tested.
+"""
+
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from temporalio import activity
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.exceptions import ApplicationError
+from temporalio.worker import Worker
+from tenacity import AsyncRetrying, stop_after_delay, wait_fixed
+
+from activities.errors import KUBE_REJECTED
+from bridge.models import (
+    BindInput,
+    BindResult,
+    JobEvent,
+    PlacementRequest,
+    PodEvent,
+    PodRef,
+    Prepared,
+    PrepareInput,
+    ReleaseInput,
+)
+from workflows.placement import PlacementWorkflow
+
+POD = PodRef(namespace="team-a", name="p", uid="uid-1")
+RUNNING = JobEvent(job_id=7, states=["RUNNING"], nodes=["node-a"])
+
+
+class StandIns:
+    def __init__(self, *, reject_prepare: bool = False, bind_failures_until_told: bool = False) -> None:
+        self.reject_prepare = reject_prepare
+        self.bind_failures_until_told = bind_failures_until_told
+        self.told: list[tuple[str, str]] = []
+        self.released: list[ReleaseInput] = []
+        self.bind_attempts = 0
+
+    @activity.defn(name="prepare_and_submit")
+    async def prepare_and_submit(self, given: PrepareInput) -> Prepared:
+        if self.reject_prepare:
+            raise ApplicationError(
+                "Kubernetes API 403 Forbidden: pods is forbidden", type=KUBE_REJECTED, non_retryable=True
+            )
+        return Prepared(submitted=True, pods=given.request.pods, job_id=7, partition="p", job=RUNNING)
+
+    @activity.defn(name="bind")
+    async def bind(self, given: BindInput) -> BindResult:
+        self.bind_attempts += 1
+        if self.bind_failures_until_told and not any(reason == "PlacementStuck" for reason, _ in self.told):
+            raise RuntimeError("API server overloaded")  # retryable: not classified as final
+        return BindResult(job=RUNNING, slurm_nodes=["node-a"], nodes=["node-a"])
+
+    @activity.defn(name="check_job")
+    async def check_job(self, job_id: int) -> JobEvent:
+        return RUNNING
+
+    @activity.defn(name="tell_pods")
+    async def tell_pods(self, pods: list[PodRef], reason: str, message: str, warning: bool) -> None:
+        self.told.append((reason, message))
+
+    @activity.defn(name="release")
+    async def release(self, given: ReleaseInput) -> list[str]:
+        self.released.append(given)
+        return []
+
+    def all(self) -> list[Callable[..., Awaitable[Any]]]:
+        return [self.prepare_and_submit, self.bind, self.check_job, self.tell_pods, self.release]
+
+
+def request() -> PlacementRequest:
+    return PlacementRequest(
+        group="team-a/p", namespace="team-a", pods=[POD], installation="test", events=[PodEvent(pod=POD)]
+    )
+
+
+async def test_a_final_kubernetes_error_fails_the_placement_at_once_and_releases(
+    temporal_client: Client,
+) -> None:
+    stand_ins = StandIns(reject_prepare=True)
+    task_queue = f"failures-{uuid.uuid4().hex[:8]}"
+    async with Worker(
+        temporal_client, task_queue=task_queue, workflows=[PlacementWorkflow], activities=stand_ins.all()
+    ):
+        handle = await temporal_client.start_workflow(
+            PlacementWorkflow.run,
+            request(),
+            id=f"placement/test/reject/{uuid.uuid4()}",
+            task_queue=task_queue,
+        )
+        with pytest.raises(WorkflowFailureError) as failure:
+            await handle.result()
+    assert isinstance(failure.value.cause, ApplicationError)
+    assert failure.value.cause.type == KUBE_REJECTED
+    [release] = stand_ins.released
+    assert (release.reason, release.condition) == (KUBE_REJECTED, True)
+    assert "403 Forbidden" in release.message
+
+
+async def test_a_step_stuck_past_its_bound_is_told_on_the_pod_and_tried_again(
+    temporal_client: Client,
+) -> None:
+    stand_ins = StandIns(bind_failures_until_told=True)
+    task_queue = f"failures-{uuid.uuid4().hex[:8]}"
+    # A short bound (5 minutes by default): the step gives up after 2 s, tells, pauses, tries again.
+    stuck = request().model_copy(update={"step_bound_seconds": 2.0})
+    async with Worker(
+        temporal_client, task_queue=task_queue, workflows=[PlacementWorkflow], activities=stand_ins.all()
+    ):
+        handle = await temporal_client.start_workflow(
+            PlacementWorkflow.run, stuck, id=f"placement/test/stuck/{uuid.uuid4()}", task_queue=task_queue
+        )
+        # The query has no event to wait on: ask until bound (bounded; bind gives up after 2 s).
+        async for attempt in AsyncRetrying(wait=wait_fixed(0.2), stop=stop_after_delay(30), reraise=True):
+            with attempt:
+                assert (await handle.query(PlacementWorkflow.current_state)).phase == "Bound"
+        await handle.signal(
+            PlacementWorkflow.pod_changed, PodEvent(pod=POD, phase="Succeeded", node_name="node-a")
+        )
+        assert (await handle.result()).phase == "Done"
+    [message] = [m for reason, m in stand_ins.told if reason == "PlacementStuck"]
+    assert "bind to the nodes of Slurm job 7" in message
+    assert "API server overloaded" in message
+    assert stand_ins.bind_attempts > 1
+    assert [r.cancel_job for r in stand_ins.released] == [True]
