@@ -150,10 +150,12 @@ async def test_leader_worker_set_of_two_groups_gets_two_jobs(make_stack: StackFa
     await stack.wait_pod("llm-0-1", finished_cleanly)
     assert "RUNNING" in (await stack.slurm.get_job(job_id_of(placed["llm-1"]) or 0)).model_dump()["job_state"]
 
-    # Cancelling the other group's job removes both of its pods.
+    # Cancelling the other group's job evicts both of its pods (Terminating until their kubelet
+    # confirms) and releases the finalizer.
     await stack.slurm.cancel_job(job_id_of(placed["llm-1"]) or 0)
     for name in ("llm-1", "llm-1-1"):
-        await stack.wait_pod(name, lambda p: p is None)  # deleted, and the finalizer released
+        await stack.wait_pod(name, lambda p: p is None or bool(p["metadata"].get("deletionTimestamp")))
+        await stack.wait_pod(name, finished_cleanly)
 
 
 async def test_a_pod_whose_owner_is_missing_is_told_so(make_stack: StackFactory) -> None:
