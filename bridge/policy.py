@@ -24,10 +24,18 @@ worker call them with the same file, so both deny with the same sentences.
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 from bridge import keys
 from bridge.annotations import JobAnnotations
@@ -250,3 +258,21 @@ class PolicyFile:
         else:
             log.info("tenant policy reloaded from %s", self.path)
         return self._policy
+
+
+def _empty_is_unset(value: object) -> object:
+    return None if value == "" else value  # the Helm chart renders every setting; empty = not used
+
+
+def _valid_policy_file(value: Path | None) -> Path | None:
+    if value is not None and value.exists():
+        try:
+            load_policy(value)
+        except PolicyError as error:
+            raise ValueError(str(error)) from None
+    return value
+
+
+# The type of a TENANT_POLICY_FILE setting (worker and webhook): empty is unset, and a file that
+# exists at start must be a valid policy (a one-line setting error otherwise).
+PolicyPath = Annotated[Path | None, BeforeValidator(_empty_is_unset), AfterValidator(_valid_policy_file)]

@@ -13,7 +13,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from bridge import keys
 from bridge.labels import LabelSelectorError, Selector, parse_selector
-from bridge.policy import PolicyError, load_policy
+from bridge.policy import PolicyPath
 from webhook.app import DEFAULT_MAX_REQUEST_BYTES
 
 _DNS_LABEL = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?")
@@ -65,24 +65,9 @@ class WebhookSettings(BaseSettings):
     )
 
     # The tenant policy (docs/tenant-policy.md), re-read when it changes; unset or empty: none.
-    tenant_policy_file: Path | None = Field(
+    tenant_policy_file: PolicyPath = Field(
         None, validation_alias=_env("TENANT_POLICY_FILE", "tenant_policy_file")
     )
-
-    @field_validator("tenant_policy_file", mode="before")
-    @classmethod
-    def _no_policy_file(cls, value: Any) -> Any:
-        return None if value == "" else value
-
-    @field_validator("tenant_policy_file")
-    @classmethod
-    def _valid_policy(cls, value: Path | None) -> Path | None:
-        if value is not None and value.exists():
-            try:
-                load_policy(value)
-            except PolicyError as error:
-                raise ValueError(str(error)) from None
-        return value
 
     @field_validator("tls_cert_file", "tls_key_file")
     @classmethod

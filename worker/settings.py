@@ -11,7 +11,7 @@ from pydantic import AliasChoices, Field, ValidationError, ValidationInfo, field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from bridge import keys
-from bridge.policy import PolicyError, load_policy
+from bridge.policy import PolicyPath
 
 
 class ConfigurationError(Exception):
@@ -136,24 +136,9 @@ class WorkerSettings(TemporalSettings):
     mcs_label: str = Field(keys.DEFAULT_MCS_LABEL, validation_alias=env("MCS_LABEL", "mcs_label"))
     # Which accounts, QOS, partitions... each namespace may ask for (docs/tenant-policy.md);
     # re-read when it changes. Unset, empty or a missing file: no restrictions.
-    tenant_policy_file: Path | None = Field(
+    tenant_policy_file: PolicyPath = Field(
         None, validation_alias=env("TENANT_POLICY_FILE", "tenant_policy_file")
     )
-
-    @field_validator("tenant_policy_file", mode="before")
-    @classmethod
-    def _no_policy_file(cls, value: object) -> object:
-        return None if value == "" else value
-
-    @field_validator("tenant_policy_file")
-    @classmethod
-    def _valid_policy(cls, value: Path | None) -> Path | None:
-        if value is not None and value.exists():
-            try:
-                load_policy(value)
-            except PolicyError as error:
-                raise ValueError(str(error)) from None
-        return value
 
     # This installation's name in every placement id and Slurm job comment: two bridges
     # sharing one Slurm (and one MCS label) never touch each other's jobs.

@@ -9,6 +9,7 @@ after the partition (so pod keys never collide across tests), and a Bridge
 import asyncio
 import contextlib
 import json
+import os
 import sys
 import uuid
 from collections.abc import Callable
@@ -222,3 +223,20 @@ async def slurm_bridge(stack: Stack, *args: str) -> Any:
     out, err = await process.communicate()
     assert process.returncode == 0, err.decode()
     return json.loads(out)
+
+
+def worker_env(stack: Stack, **extra: str) -> dict[str, str]:
+    """The environment a `slurm-bridge worker` process of this stack runs with."""
+    s = stack.settings
+    return {
+        **os.environ,
+        "TEMPORAL_ADDRESS": stack.temporal.service_client.config.target_host,
+        "TEMPORAL_TASK_QUEUE": s.temporal_task_queue,
+        "SLURM_REST_URL": s.slurm_rest_url,
+        "SLURM_USER_NAME": s.slurm_user_name or "",
+        "SLURM_JWT_FILE": str(s.slurm_jwt_file),
+        "KUBECONFIG": str(stack.kubeconfig),
+        "SLURM_PARTITION": s.partition,
+        "JOB_WATCH_INTERVAL": "0.2",
+        **extra,
+    }

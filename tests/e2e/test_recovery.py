@@ -11,6 +11,7 @@ import pytest
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
+from temporalio.client import WorkflowHandle
 from tenacity import AsyncRetrying, stop_after_delay, wait_fixed
 
 from bridge.models import PlacementState
@@ -25,6 +26,27 @@ pytestmark = pytest.mark.slurm
 async def jobs_of(stack: Stack, pod: str) -> list[dict[str, Any]]:
     """Every job Slurm has (or had, within MinJobAge) for the pod."""
     return [j for j in await stack.partition_jobs() if f"{stack.namespace}/{pod}" in j["admin_comment"]]
+
+
+async def reset_to_first_task(
+    stack: Stack, handle: WorkflowHandle[Any, Any], reason: str
+) -> WorkflowHandle[Any, PlacementState]:
+    """What `temporal workflow reset --type FirstWorkflowTask` does; the new run's handle."""
+    first_task = next(
+        e.event_id
+        for e in (await handle.fetch_history()).events
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+    )
+    reset = await stack.temporal.workflow_service.reset_workflow_execution(
+        ResetWorkflowExecutionRequest(
+            namespace=stack.temporal.namespace,
+            workflow_execution=WorkflowExecution(workflow_id=handle.id),
+            reason=reason,
+            workflow_task_finish_event_id=first_task,
+            request_id=f"reset-{handle.id}",
+        )
+    )
+    return stack.temporal.get_workflow_handle(handle.id, run_id=reset.run_id, result_type=PlacementState)
 
 
 async def test_an_attempt_after_the_submission_adopts_the_job(make_stack: StackFactory) -> None:
@@ -50,22 +72,8 @@ async def test_a_reset_placement_adopts_its_job(make_stack: StackFactory) -> Non
     pod = await stack.wait_pod("rewound", bound)
     job_id = job_id_of(pod)
     handle = stack.handle(created)
-    history = await handle.fetch_history()
-    first_task = next(
-        e.event_id for e in history.events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
-    )
-
     # An operator resets the placement to its first step: it runs prepare_and_submit again.
-    reset = await stack.temporal.workflow_service.reset_workflow_execution(
-        ResetWorkflowExecutionRequest(
-            namespace=stack.temporal.namespace,
-            workflow_execution=WorkflowExecution(workflow_id=handle.id),
-            reason="test: reset to the first workflow task",
-            workflow_task_finish_event_id=first_task,
-            request_id=f"reset-{handle.id}",
-        )
-    )
-    again = stack.temporal.get_workflow_handle(handle.id, run_id=reset.run_id, result_type=PlacementState)
+    again = await reset_to_first_task(stack, handle, "test: reset to the first workflow task")
 
     # A query has no event to wait on: ask until the new run has bound again (bounded).
     async for attempt in AsyncRetrying(wait=wait_fixed(0.2), stop=stop_after_delay(30), reraise=True):
@@ -109,21 +117,7 @@ async def test_a_reset_run_whose_pods_finished_cancels_the_job_left_running(make
     await handle.terminate(reason="test: terminated while bound")
     stack.kube.set_pod_phase(stack.namespace, "orphaned", "Succeeded")  # nobody is told
 
-    first_task = next(
-        e.event_id
-        for e in (await handle.fetch_history()).events
-        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
-    )
-    reset = await stack.temporal.workflow_service.reset_workflow_execution(
-        ResetWorkflowExecutionRequest(
-            namespace=stack.temporal.namespace,
-            workflow_execution=WorkflowExecution(workflow_id=handle.id),
-            reason="test: reset after terminate",
-            workflow_task_finish_event_id=first_task,
-            request_id=f"reset-{handle.id}",
-        )
-    )
-    again = stack.temporal.get_workflow_handle(handle.id, run_id=reset.run_id, result_type=PlacementState)
+    again = await reset_to_first_task(stack, handle, "test: reset after terminate")
     assert (await again.result()).phase == "Done"
     jobs = await jobs_of(stack, "orphaned")
     assert [j["job_id"] for j in jobs] == [job_id]

@@ -10,7 +10,6 @@ annotation) and the old jobs (comment without installation), binds, and cleans u
 
 import asyncio
 import contextlib
-import os
 import signal
 import subprocess
 import sys
@@ -21,7 +20,7 @@ import pytest
 
 from bridge import keys
 from tests.e2e.conftest import StackFactory
-from tests.e2e.harness import Pod, Stack, bound, finished_cleanly, job_id_of, make_pod
+from tests.e2e.harness import Pod, Stack, bound, finished_cleanly, job_id_of, make_pod, worker_env
 
 pytestmark = pytest.mark.slurm
 
@@ -52,20 +51,8 @@ def previous_release(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]
 
 @contextlib.asynccontextmanager
 async def old_worker(stack: Stack, tree: Path) -> AsyncIterator[asyncio.subprocess.Process]:
-    s = stack.settings
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(tree),  # the previous release's packages shadow today's
-        "TEMPORAL_ADDRESS": stack.temporal.service_client.config.target_host,
-        "TEMPORAL_TASK_QUEUE": s.temporal_task_queue,
-        "SLURM_REST_URL": s.slurm_rest_url,
-        "SLURM_USER_NAME": s.slurm_user_name or "",
-        "SLURM_JWT_FILE": str(s.slurm_jwt_file),
-        "KUBECONFIG": str(stack.kubeconfig),
-        "SLURM_PARTITION": s.partition,
-        "JOB_WATCH_INTERVAL": "0.2",
-        "METRICS_PORT": "0",
-    }
+    # The previous release's packages shadow today's.
+    env = worker_env(stack, PYTHONPATH=str(tree), METRICS_PORT="0")
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-c",

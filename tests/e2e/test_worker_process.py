@@ -2,7 +2,6 @@
 
 import asyncio
 import contextlib
-import os
 import signal
 import socket
 import sys
@@ -13,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import StackFactory
-from tests.e2e.harness import Pod, Stack, bound, job_id_of
+from tests.e2e.harness import Pod, Stack, bound, job_id_of, worker_env
 
 pytestmark = pytest.mark.slurm
 
@@ -26,20 +25,7 @@ def free_port() -> int:
 
 @contextlib.asynccontextmanager
 async def worker_process(stack: Stack, metrics_port: int) -> AsyncIterator[asyncio.subprocess.Process]:
-    s = stack.settings
-    env = {
-        **os.environ,
-        "TEMPORAL_ADDRESS": stack.temporal.service_client.config.target_host,
-        "TEMPORAL_TASK_QUEUE": s.temporal_task_queue,
-        "SLURM_REST_URL": s.slurm_rest_url,
-        "SLURM_USER_NAME": s.slurm_user_name or "",
-        "SLURM_JWT_FILE": str(s.slurm_jwt_file),
-        "KUBECONFIG": str(stack.kubeconfig),
-        "SLURM_PARTITION": s.partition,
-        "JOB_WATCH_INTERVAL": "0.2",
-        "METRICS_PORT": str(metrics_port),
-        "LOG_FORMAT": "json",
-    }
+    env = worker_env(stack, METRICS_PORT=str(metrics_port), LOG_FORMAT="json")
     process = await asyncio.create_subprocess_exec(
         str(Path(sys.executable).with_name("slurm-bridge")),
         "worker",
