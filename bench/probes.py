@@ -48,8 +48,9 @@ def thread_cpu_seconds() -> tuple[float, float]:
     """This process: (main thread, Temporal SDK core threads) CPU seconds.
 
     The SDK core (Rust, tokio) names its threads `tokio-*`; Python threads keep
-    the process name. The rest of the process (the fake Kubernetes API's
-    handler threads, including ones that have exited) is total - main - sdk.
+    the process name. The rest of the process (the benchmark's driver threads:
+    pod observer, kubelet, pod creation; including ones that have exited) is
+    total - main - sdk.
     """
     pid = os.getpid()
     main = cpu_seconds(pid, pid) or 0.0
@@ -124,16 +125,19 @@ class CpuSample:
     """CPU seconds of every process that works for a placement, at one instant."""
 
     at: float
-    process: float  # this process: bridge (worker + watchers), fake Kubernetes API, driver
-    main_thread: float  # asyncio loop: workflow and activity code, watchers, kube/Slurm clients, driver
+    process: float  # this process: bridge (worker + watchers) and the benchmark's driver threads
+    main_thread: float  # asyncio loop: workflow and activity code, watchers, kube/Slurm clients
     sdk_core: float  # Temporal SDK core (Rust): gRPC, polling, history handling
     server: float | None  # the Temporal dev server
+    kube: float | None  # the fake Kubernetes API (its own process)
     slurmctld: float | None
     slurmrestd: float | None
     machine: float  # every process on the box, ours and everyone else's
 
     @classmethod
-    def take(cls, server: int | None, slurmctld: int | None, slurmrestd: int | None) -> "CpuSample":
+    def take(
+        cls, server: int | None, kube: int | None, slurmctld: int | None, slurmrestd: int | None
+    ) -> "CpuSample":
         main, sdk = thread_cpu_seconds()
         return cls(
             at=time.monotonic(),
@@ -141,6 +145,7 @@ class CpuSample:
             main_thread=main,
             sdk_core=sdk,
             server=cpu_seconds(server),
+            kube=cpu_seconds(kube),
             slurmctld=cpu_seconds(slurmctld),
             slurmrestd=cpu_seconds(slurmrestd),
             machine=machine_busy_seconds(),
@@ -160,6 +165,7 @@ class CpuSample:
             "sdk_core": sdk,
             "other_threads": process - main - sdk,
             "server": delta(self.server, earlier.server),
+            "kube": delta(self.kube, earlier.kube),
             "slurmctld": delta(self.slurmctld, earlier.slurmctld),
             "slurmrestd": delta(self.slurmrestd, earlier.slurmrestd),
             "machine": self.machine - earlier.machine,
@@ -281,7 +287,7 @@ class HistoryCost:
 
 
 def history_cost(events: Iterable[HistoryEvent]) -> HistoryCost:
-    """Events, bytes and billable actions (Temporal Cloud's rules, perf.md §1.3).
+    """Events, bytes and billable actions (Temporal Cloud's rules: docs.temporal.io/cloud/actions).
 
     Actions: the workflow start; each activity scheduled (and each retry); each
     signal received; each UpsertWorkflowSearchAttributes; each timer started.
@@ -311,12 +317,45 @@ def history_cost(events: Iterable[HistoryEvent]) -> HistoryCost:
             cost.actions["timer"] += 1
         elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
             cost.workflow_tasks += 1
-        elif kind == EventType.EVENT_TYPE_MARKER_RECORDED:
+        elif (
+            kind == EventType.EVENT_TYPE_MARKER_RECORDED
+            and event.marker_recorded_event_attributes.marker_name != PATCH_MARKER
+        ):
             # A `workflow.patched` marker is not billed; local activity markers are
             # (the bridge uses none: one action per workflow task would be an upper bound).
-            if event.marker_recorded_event_attributes.marker_name != PATCH_MARKER:
-                cost.actions["local activities"] += 1
+            cost.actions["local activities"] += 1
     return cost
+
+
+def event_time(event: HistoryEvent) -> float:
+    """When the server recorded the event (Unix seconds)."""
+    return event.event_time.seconds + event.event_time.nanos / 1e9
+
+
+def split_history(
+    events: Iterable[HistoryEvent], start: float, end: float
+) -> tuple[HistoryCost, HistoryCost]:
+    """(cost outside [start, end), cost inside it): a placement's own steps, and what waiting cost."""
+    outside: list[HistoryEvent] = []
+    inside: list[HistoryEvent] = []
+    for event in events:
+        (inside if start <= event_time(event) < end else outside).append(event)
+    return history_cost(outside), history_cost(inside)
+
+
+def recheck_times(first: float, cap: float, horizon: float) -> list[float]:
+    """When a re-check that starts at `first` and doubles up to `cap` fires, within `horizon` (same unit).
+
+    The placement workflow's safety re-check after a bind (workflows/placement.py:
+    DEFAULT_RECHECK, doubled while nothing changes, up to MAX_RECHECK).
+    """
+    times: list[float] = []
+    interval, at = first, first
+    while at <= horizon:
+        times.append(at)
+        interval = min(interval * 2, cap)
+        at += interval
+    return times
 
 
 # -- Temporal server metrics ---------------------------------------------------

@@ -1,9 +1,9 @@
 """The reference workload: a trivial workflow run on the same server in the same batch.
 
 Three no-op activities, then a wait for one signal that the driver sends right
-after the start (perf.md §2.1, "3 regular activities + signal"). On a shared,
-noisy machine absolute rates drift by tens of percent between runs; the ratio
-placement ÷ reference taken in one batch does not.
+after the start. On a shared, noisy machine absolute rates drift by tens of
+percent between runs; the ratio placement ÷ reference taken in one batch
+drifts less.
 """
 
 import asyncio

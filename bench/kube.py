@@ -1,0 +1,337 @@
+"""The Kubernetes side of the benchmark: the fake API in its own process, the driver and the kubelet.
+
+The fake API (`python -m tests.kube_fake`) runs as a child process, so its
+threads neither compete with the bridge for the GIL nor count in the bridge's
+CPU and memory. The benchmark talks to it over HTTP like any client:
+
+* `KubeDriver` creates nodes and pods and writes pod phases (the kubelet's part);
+* `PodObserver` watches the run's pods on a thread of its own and stamps each
+  change as it arrives (`time.time()`, the clock every other timestamp uses);
+* `CountingKube` is the bridge's own `KubeClient`, counting its requests by
+  operation (watches are marked as such).
+"""
+
+import contextlib
+import json
+import os
+import queue
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from activities.kube_client import KubeClient
+from bench.probes import kube_operation
+from bridge import keys
+
+REPO = Path(__file__).resolve().parent.parent
+
+Json = dict[str, Any]
+
+
+class KubeProcessError(RuntimeError):
+    """The fake API process did not start."""
+
+
+class KubeProcess:
+    """`python -m tests.kube_fake` as a child process; stopped by its pid."""
+
+    def __init__(self, kubeconfig: Path, log_file: Path, history_size: int = 50_000) -> None:
+        self.kubeconfig = kubeconfig
+        self.log_file = log_file
+        self.history_size = history_size
+        self.url = ""
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    def start(self, timeout: float = 30.0) -> "KubeProcess":
+        command = [
+            sys.executable,
+            "-m",
+            "tests.kube_fake",
+            "--port",
+            "0",
+            "--kubeconfig",
+            str(self.kubeconfig),
+            "--history-size",
+            str(self.history_size),
+        ]
+        with self.log_file.open("wb") as log:
+            self._process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=log)
+        assert self._process.stdout is not None
+        deadline = time.monotonic() + timeout
+        line = b""
+        while time.monotonic() < deadline and not line.endswith(b"\n"):
+            ready, _, _ = select.select([self._process.stdout], [], [], 0.2)
+            if ready:
+                chunk = os.read(self._process.stdout.fileno(), 4096)
+                if not chunk:
+                    break
+                line += chunk
+        text = line.decode(errors="replace").strip()
+        if not text.startswith("kube_fake serving at "):
+            self.stop()
+            raise KubeProcessError(f"the fake Kubernetes API did not start: {text!r}; see {self.log_file}")
+        self.url = text.removeprefix("kube_fake serving at ").strip()
+        return self
+
+    def stop(self) -> None:
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
+def node_manifest(name: str, cpu: int, memory_mb: int) -> Json:
+    resources = {"cpu": str(cpu), "memory": f"{memory_mb}Mi", "pods": "110", "ephemeral-storage": "100Gi"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            # As node sync registers an external node: the bridge's nodes are found by this label.
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                keys.LABEL_EXTERNAL_NODE: "true",
+            },
+        },
+        "spec": {},
+        "status": {
+            "capacity": resources,
+            "allocatable": resources,
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+        },
+    }
+
+
+def pod_manifest(
+    namespace: str,
+    name: str,
+    cpu: str = "1",
+    memory: str = "256Mi",
+    annotations: dict[str, str] | None = None,
+) -> Json:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "namespace": namespace,
+            "name": name,
+            # Shared nodes: several 1-CPU pods per node.
+            "annotations": {keys.SLURMJOB_PREFIX + "exclusive": "false", **(annotations or {})},
+        },
+        "spec": {
+            "schedulerName": keys.DEFAULT_SCHEDULER_NAME,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "busybox",
+                    "resources": {"requests": {"cpu": cpu, "memory": memory}},
+                }
+            ],
+        },
+    }
+
+
+class KubeDriver:
+    """Plain HTTP calls to the fake API, from any thread (one connection pool per thread)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._local = threading.local()
+
+    def _client(self) -> httpx.Client:
+        client: httpx.Client | None = getattr(self._local, "client", None)
+        if client is None:
+            client = self._local.client = httpx.Client(base_url=self.url, timeout=30)
+        return client
+
+    def _call(self, method: str, path: str, body: Json, content_type: str = "application/json") -> Json:
+        response = self._client().request(
+            method, path, content=json.dumps(body), headers={"Content-Type": content_type}
+        )
+        if response.status_code >= 300:
+            raise RuntimeError(f"{method} {path}: HTTP {response.status_code} {response.text[:300]}")
+        data: Json = response.json()
+        return data
+
+    def create_node(self, name: str, cpu: int, memory_mb: int) -> None:
+        self._call("POST", "/api/v1/nodes", node_manifest(name, cpu, memory_mb))
+
+    def create_pod(self, manifest: Json) -> Json:
+        namespace = manifest["metadata"]["namespace"]
+        return self._call("POST", f"/api/v1/namespaces/{namespace}/pods", manifest)
+
+    def set_phase(self, namespace: str, name: str, phase: str) -> None:
+        self._call(
+            "PATCH",
+            f"/api/v1/namespaces/{namespace}/pods/{name}/status",
+            {"status": {"phase": phase}},
+            "application/merge-patch+json",
+        )
+
+
+@dataclass
+class PodTimes:
+    """One pod's story, every moment on this process's clock (time.time())."""
+
+    name: str
+    uid: str = ""
+    created: float | None = None
+    claimed: float | None = None  # finalizer added
+    labelled: float | None = None  # job id label: the job was submitted
+    bound: float | None = None
+    succeeded: float | None = None
+    released: float | None = None  # finalizer removed: the placement's last side effect
+    job_id: int | None = None
+    node: str | None = None
+    failure: str | None = None
+
+
+@dataclass
+class PodObserver:
+    """Watches the run's namespace on its own thread; plays the kubelet for bound pods.
+
+    A bound pod is turned Running by a second thread (the kubelet), so a slow
+    write never delays the stamping of the next change. `notify(name, what)`
+    is called when a pod is "labelled" (its job was submitted) and "bound"
+    (on the observer's thread), and "running" (on the kubelet's).
+    """
+
+    driver: KubeDriver
+    namespace: str
+    pods: dict[str, PodTimes]
+    notify: Callable[[str, str], None]
+    lost: int = 0  # watches that expired (410): changes in between may be stamped late
+    errors: Counter[str] = field(default_factory=Counter)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _kubelet: "queue.Queue[str | None]" = field(default_factory=queue.Queue)
+    _threads: list[threading.Thread] = field(default_factory=list)
+
+    def start(self) -> None:
+        for target, name in ((self._watch, "bench-pod-observer"), (self._run_kubelet, "bench-kubelet")):
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._kubelet.put(None)
+        for thread in self._threads:
+            thread.join(timeout=10)
+
+    def _watch(self) -> None:
+        path = f"/api/v1/namespaces/{self.namespace}/pods"
+        with httpx.Client(base_url=self.driver.url, timeout=httpx.Timeout(10, read=30)) as client:
+            version = ""
+            while not self._stop.is_set():
+                try:
+                    if not version:
+                        listed = client.get(path).json()
+                        now = time.time()
+                        for pod in listed.get("items") or []:
+                            self._see(pod, now)
+                        version = str((listed.get("metadata") or {}).get("resourceVersion", ""))
+                    version = self._follow(client, path, version)
+                except (httpx.HTTPError, ValueError) as error:
+                    if self._stop.is_set():
+                        return
+                    self.errors[type(error).__name__] += 1
+                    time.sleep(0.2)
+
+    def _follow(self, client: httpx.Client, path: str, version: str) -> str:
+        """One watch from `version`, for a few seconds (so that stop() is noticed); the newest version."""
+        params = {
+            "watch": "true",
+            "resourceVersion": version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": "5",
+        }
+        with client.stream("GET", path, params=params) as response:
+            if response.status_code == 410:
+                self.lost += 1
+                return ""
+            for line in response.iter_lines():
+                if not line.strip():
+                    continue
+                now = time.time()
+                event = json.loads(line)
+                obj = event.get("object") or {}
+                if event.get("type") == "ERROR":
+                    self.lost += 1
+                    return ""
+                version = str((obj.get("metadata") or {}).get("resourceVersion", version))
+                if event.get("type") in ("ADDED", "MODIFIED"):
+                    self._see(obj, now)
+        return version
+
+    def _see(self, pod: Json, now: float) -> None:
+        meta = pod.get("metadata") or {}
+        times = self.pods.get(meta.get("name", ""))
+        if times is None or (times.uid and meta.get("uid") != times.uid):
+            return
+        finalizers = meta.get("finalizers") or []
+        if keys.FINALIZER in finalizers:
+            times.claimed = times.claimed or now
+        elif times.claimed and not times.released:
+            times.released = now
+        label = (meta.get("labels") or {}).get(keys.LABEL_SLURM_JOB_ID)
+        if label and times.labelled is None:
+            times.labelled = now
+            times.job_id = int(label)
+            self.notify(times.name, "labelled")
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node and times.bound is None:
+            times.bound = now
+            times.node = node
+            self._kubelet.put(times.name)
+            self.notify(times.name, "bound")
+
+    def _run_kubelet(self) -> None:
+        while (name := self._kubelet.get()) is not None:
+            with contextlib.suppress(RuntimeError, httpx.HTTPError):
+                self.driver.set_phase(self.namespace, name, "Running")
+            # Only now may the pod finish: a late "Running" would undo "Succeeded".
+            self.notify(name, "running")
+
+
+class CountingKube(KubeClient):
+    """The bridge's Kubernetes client, counting its requests by operation (watches included, marked)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.requests: Counter[str] = Counter()
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Any,
+        body: Any,
+        content_type: str,
+        timeout: float | None,
+    ) -> Any:
+        self.requests[kube_operation(method, path, dict(query or {}))] += 1
+        return await super()._send(
+            method, path, query=query, body=body, content_type=content_type, timeout=timeout
+        )

@@ -1,0 +1,123 @@
+"""The benchmark's own helpers: pure functions and parsers, no servers (fast)."""
+
+from collections import Counter
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
+
+from bench.kube import KubeDriver, PodObserver, PodTimes
+from bench.placement import (
+    BUDGET_ACTIONS,
+    budget_line,
+    parse,
+    placement_rate,
+    recheck_day,
+    stats_delta,
+)
+from bench.probes import HistoryCost, RequestStats, recheck_times, split_history
+from bench.slurm import _note_reason
+from bridge import keys
+from bridge.slurm_api.v0044 import V0044JobInfo
+
+
+def test_recheck_times_double_up_to_the_cap() -> None:
+    minutes = [t / 60 for t in recheck_times(600, 6 * 3600, 86_400)]
+    assert minutes == [10, 30, 70, 150, 310, 630, 990, 1350]
+
+
+def test_recheck_day_counts_the_first_and_the_later_days() -> None:
+    day = recheck_day(per_recheck_actions=2.0, per_recheck_events=11.0)
+    assert day["rechecks_first_day"] == 8
+    assert day["actions_first_day"] == 17  # 8 x (timer + check_job) + the timer running at midnight
+    assert day["rechecks_later_day"] == 4
+    assert day["actions_later_day"] == 8
+
+
+def _event(kind: "EventType.ValueType", at: float) -> HistoryEvent:
+    event = HistoryEvent(event_type=kind)
+    event.event_time.seconds = int(at)
+    event.event_time.nanos = int((at - int(at)) * 1e9)
+    return event
+
+
+def test_split_history_puts_the_window_apart() -> None:
+    events = [
+        _event(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED, 100.0),
+        _event(EventType.EVENT_TYPE_TIMER_STARTED, 100.5),
+        _event(EventType.EVENT_TYPE_TIMER_STARTED, 110.0),
+        _event(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED, 119.9),
+        _event(EventType.EVENT_TYPE_TIMER_STARTED, 120.0),
+    ]
+    own, waiting = split_history(events, 110.0, 120.0)
+    assert (own.events, own.billable_actions) == (3, 3)
+    assert (waiting.events, waiting.billable_actions) == (2, 2)
+    assert waiting.actions == Counter({"timer": 1, "signal": 1})
+
+
+def test_budget_line_leaves_out_placements_with_a_pending_reason() -> None:
+    lines: list[str] = []
+    plain = HistoryCost(
+        events=33, actions=Counter({"start": 1, "activity": 3, "signal": 2, "upsert": 1, "timer": 1})
+    )
+    pending = HistoryCost(
+        events=44, actions=Counter({"activity": 9}), activities=Counter({"report_pending": 1})
+    )
+    budget_line("burst", [plain, pending], lines.append)
+    everyone, budget = lines
+    assert "all 2 placements: actions 8.50, events 38.5" in everyone
+    assert "1 of 2 placements" in budget
+    assert f"actions {BUDGET_ACTIONS:.2f}" in budget
+    assert budget.endswith("within")
+
+
+def test_stats_delta_keeps_what_grew() -> None:
+    then, now = RequestStats(), RequestStats()
+    then.count["GET /jobs/state/"] = 2
+    now.count.update({"GET /jobs/state/": 5, "GET /jobs/": 1})
+    now.bytes_in.update({"GET /jobs/state/": 500, "GET /jobs/": 100})
+    delta = stats_delta(now, then)
+    assert delta.count == Counter({"GET /jobs/state/": 3, "GET /jobs/": 1})
+
+
+def test_placement_rate_is_pods_over_first_created_to_last_bound() -> None:
+    pods = [PodTimes("a", created=10.0, bound=11.0), PodTimes("b", created=10.5, bound=12.0)]
+    assert placement_rate(pods) == 1.0
+    assert placement_rate([PodTimes("c", created=10.0)]) is None
+
+
+def test_note_reason_keeps_each_pending_reason_once() -> None:
+    reasons: dict[int, list[str]] = {}
+    for state, reason in (
+        ("PENDING", "None"),
+        ("PENDING", "Priority"),
+        ("PENDING", "Priority"),
+        ("RUNNING", ""),
+    ):
+        _note_reason(reasons, V0044JobInfo(job_id=7, job_state=[state], state_reason=reason))
+    assert reasons == {7: ["None", "Priority"]}
+
+
+def test_observer_stamps_claim_label_binding_and_release() -> None:
+    pods = {"p": PodTimes("p", uid="u1")}
+    told: list[tuple[str, str]] = []
+    observer = PodObserver(
+        KubeDriver("http://127.0.0.1:9"), "ns", pods, lambda name, what: told.append((name, what))
+    )
+    meta = {"name": "p", "uid": "u1", "finalizers": [keys.FINALIZER]}
+    observer._see({"metadata": meta}, 1.0)
+    observer._see({"metadata": {**meta, "labels": {keys.LABEL_SLURM_JOB_ID: "42"}}}, 2.0)
+    observer._see({"metadata": meta, "spec": {"nodeName": "n1"}}, 3.0)
+    observer._see({"metadata": {"name": "p", "uid": "u1"}, "spec": {"nodeName": "n1"}}, 4.0)
+    observer._see({"metadata": {"name": "p", "uid": "other"}}, 5.0)  # a namesake: ignored
+    times = pods["p"]
+    assert (times.claimed, times.labelled, times.bound, times.released) == (1.0, 2.0, 3.0, 4.0)
+    assert (times.job_id, times.node) == (42, "n1")
+    assert told == [("p", "labelled"), ("p", "bound")]
+    assert observer._kubelet.get_nowait() == "p"  # the kubelet turns it Running, then says so
+
+
+def test_parse_pending_defaults() -> None:
+    options = parse(["--scenario", "pending"])
+    assert (options.pods, options.nodes, options.cpus, options.reference, options.paced) == (1000, 1, 1, 0, 0)
+    batch = parse(["--pods", "30", "--foreign-jobs", "5000"])
+    assert (batch.pods, batch.reference, batch.paced, batch.foreign_jobs) == (30, 30, 30, 5000)
