@@ -64,6 +64,11 @@ MAX_REFRESHES = 20
 # Concurrent `GET /job/{id}` of one pass (a restart reads every followed job once).
 READ_CONCURRENCY = 8
 MAX_BACKOFF_SECONDS = 30.0
+# A running job is probed this often (its end evicts pods; nothing waits on it to bind).
+RUNNING_PROBE_SECONDS = 2.0
+# A pending reason is told only once the job has waited this long: Slurm's first pass says
+# Priority for a moment before it starts most jobs, and each report costs actions and writes.
+PENDING_REASON_GRACE_SECONDS = 3.0
 # Slurm's pending reason before the scheduler has looked at a job.
 _NO_REASON = frozenset({"", "None"})
 
@@ -89,6 +94,7 @@ class JobWatcher:
         interval: float,
         pending_refresh: float = PENDING_REFRESH_SECONDS,
         max_backoff: float = MAX_BACKOFF_SECONDS,
+        pending_reason_grace: float = PENDING_REASON_GRACE_SECONDS,
     ) -> None:
         self.slurm = slurm
         self.temporal = temporal
@@ -97,6 +103,7 @@ class JobWatcher:
         self.ready = ready
         self.interval = interval
         self.pending_refresh = pending_refresh
+        self.pending_reason_grace = pending_reason_grace
         self.max_backoff = max(max_backoff, interval)
         # Counters, for metrics and the benchmark.
         self.passes = 0  # passes that completed
@@ -111,6 +118,9 @@ class JobWatcher:
         # a billable Temporal action and a workflow task).
         self._told: dict[str, JobEvent] = {}
         self._closed: dict[str, JobEvent] = {}  # key → what found its placement closed
+        self._probed_at: dict[int, float] = {}  # job id → when its state was last asked
+        self._pending_since: dict[int, float] = {}  # job id → when first seen pending with a reason
+        self._withheld: set[int] = set()  # pending reasons not yet told: re-read soon
         self._retrying = AsyncRetrying(
             retry=retry_if_exception_type(Exception),
             wait=wait_exponential_jitter(multiplier=interval, max=self.max_backoff, jitter=interval),
@@ -135,9 +145,22 @@ class JobWatcher:
         if not followed:
             self.passes += 1
             return
-        self.state_probes += len(followed)
-        states = await self.slurm.job_states(followed)
-        to_read = self._to_read(followed, states, time.monotonic())
+        now = time.monotonic()
+        # A job that runs only needs watching for its end, which no pod waits on to bind:
+        # probed every few seconds. Pending ones, whose start a pod waits on, every pass.
+        probed = {
+            job_id: pid
+            for job_id, pid in followed.items()
+            if not self._running_and_recently_probed(job_id, now)
+        }
+        if not probed:
+            self.passes += 1
+            return
+        self.state_probes += len(probed)
+        states = await self.slurm.job_states(probed)
+        for job_id in probed:
+            self._probed_at[job_id] = now
+        to_read = self._to_read(probed, states, now)
         if to_read:
             slots = asyncio.Semaphore(READ_CONCURRENCY)
             results = await asyncio.gather(
@@ -169,9 +192,18 @@ class JobWatcher:
         """Drop what is known about jobs no longer followed: memory follows LiveJobs."""
         for job_id in [job_id for job_id in self._seen if job_id not in followed]:
             del self._seen[job_id]
+        for known in (self._probed_at, self._pending_since):
+            for job_id in [job_id for job_id in known if job_id not in followed]:
+                del known[job_id]
+        self._withheld &= set(followed)
         for key in [key for key in self._told if _job_of(key) not in followed]:
             del self._told[key]
         self._closed = {key: seen for key, seen in self._closed.items() if _job_of(key) in followed}
+
+    def _running_and_recently_probed(self, job_id: int, now: float) -> bool:
+        seen = self._seen.get(job_id)
+        running = seen is not None and "RUNNING" in (seen.states or [])
+        return running and now - self._probed_at.get(job_id, 0.0) < RUNNING_PROBE_SECONDS
 
     def _to_read(self, followed: Mapping[int, str], states: Mapping[int, list[str]], now: float) -> list[int]:
         changed: list[int] = []
@@ -183,7 +215,8 @@ class JobWatcher:
                 changed.append(job_id)
             elif state is not None and "PENDING" in state:
                 # The reason is set by the scheduler's first look at the job: soon.
-                every = self.interval if seen.reason in _NO_REASON else self.pending_refresh
+                soon = seen.reason in _NO_REASON or job_id in self._withheld
+                every = self.interval if soon else self.pending_refresh
                 if now - seen.read_at >= every:
                     pending.append((seen.read_at, job_id))
         pending.sort()
@@ -227,6 +260,16 @@ class JobWatcher:
         key = f"{workflow_id}#{event.job_id}"
         if self._closed.get(key) == event:
             return  # told to nobody: no placement ran for it, and nothing changed since
+        if event.pending and event.reason not in _NO_REASON:
+            # Slurm's first scheduling pass often says Priority for a moment before it starts
+            # the job: a reason is news only once the job has waited a little (then re-read soon).
+            since = self._pending_since.setdefault(event.job_id, time.monotonic())
+            if time.monotonic() - since < self.pending_reason_grace:
+                self._withheld.add(event.job_id)
+                return
+        self._withheld.discard(event.job_id)
+        if not event.pending:
+            self._pending_since.pop(event.job_id, None)
         if key not in self._told and _just_submitted(event):
             # The placement read its job right after submitting it: "pending, not yet
             # looked at by the scheduler" is no news, and every signal is a billable action.

@@ -105,6 +105,8 @@ async def placements(temporal_client: Client, task_queue: str) -> AsyncIterator[
 def watcher_for(slurm: SlurmClient, temporal: Client, jobs: LiveJobs, **kwargs: float) -> JobWatcher:
     ready = asyncio.Event()
     ready.set()
+    # Pending reasons are told at once here (grace 0) unless a test says otherwise.
+    kwargs.setdefault("pending_reason_grace", 0.0)
     return JobWatcher(slurm, temporal, jobs, installation=INSTALLATION, ready=ready, interval=0.05, **kwargs)
 
 
@@ -371,3 +373,25 @@ async def wait_for_counter(done: Callable[[], bool]) -> None:
     while not done():
         assert time.monotonic() < deadline, "counter not reached"
         await asyncio.sleep(0.01)
+
+
+async def test_a_pending_reason_is_told_only_once_the_job_has_waited_a_little(
+    slurm: SlurmClient,
+    slurm_partition: MakePartition,
+    temporal_client: Client,
+    placements: Placements,
+) -> None:
+    """Slurm's first pass often says Priority for a moment: not worth a signal, a condition and an Event."""
+    partition = slurm_partition()
+    placement_id, pod = placements.new_id()
+    placement = await placements.start(placement_id)
+    job_id = await bridge_job(slurm, partition.name, placement_id, pod, hold=True)
+    jobs = LiveJobs()
+    jobs.track(job_id, placement_id)
+    watcher = watcher_for(slurm, temporal_client, jobs, pending_reason_grace=1.0)
+
+    await one_pass(watcher)
+    assert await placements.told(placement) == []  # JobHeldUser, but only just
+    await poll_until(watcher, lambda: watcher.signals == 1, "told JobHeldUser after the grace")
+    [pending] = await placements.told(placement)
+    assert pending.reason == "JobHeldUser"
