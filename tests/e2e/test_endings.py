@@ -84,9 +84,11 @@ async def test_no_overlap_a_node_handed_on_waits_for_the_old_pods_to_stop(make_s
     )
     assert bound(waiting) is None
     assert "old" in (scheduled_condition(waiting) or {})["message"]
-    old = stack.pod("old")
-    assert old is not None  # evicted, still terminating: the kubelet has not confirmed yet
-    assert old["metadata"].get("deletionTimestamp")
+    # The old pod is evicted (its placement hears of the job's end within a probe of a running
+    # job) and stays Terminating until its kubelet confirms; the new pod is still not bound.
+    old = await stack.wait_pod("old", lambda p: bool(p and p["metadata"].get("deletionTimestamp")))
+    assert bound(old) is not None
+    assert bound(stack.pod("new")) is None
 
     stack.kube.set_pod_phase(stack.namespace, "old", "Failed")  # the kubelet stops it
     new = await stack.wait_pod("new", bound)
