@@ -10,9 +10,10 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -240,3 +241,19 @@ def worker_env(stack: Stack, **extra: str) -> dict[str, str]:
         "JOB_WATCH_INTERVAL": "0.2",
         **extra,
     }
+
+
+@contextlib.asynccontextmanager
+async def running_process(*command: str, **options: Any) -> AsyncIterator[asyncio.subprocess.Process]:
+    """A process for the test's duration, stopped as a deployment would: SIGINT, then SIGKILL after 20 s."""
+    process = await asyncio.create_subprocess_exec(*command, stderr=asyncio.subprocess.DEVNULL, **options)
+    try:
+        yield process
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGINT)
+            try:
+                await asyncio.wait_for(process.wait(), 20)
+            except TimeoutError:
+                process.kill()
+                await process.wait()

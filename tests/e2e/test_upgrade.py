@@ -10,7 +10,6 @@ annotation) and the old jobs (comment without installation), binds, and cleans u
 
 import asyncio
 import contextlib
-import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -20,7 +19,16 @@ import pytest
 
 from bridge import keys
 from tests.e2e.conftest import StackFactory
-from tests.e2e.harness import Pod, Stack, bound, finished_cleanly, job_id_of, make_pod, worker_env
+from tests.e2e.harness import (
+    Pod,
+    Stack,
+    bound,
+    finished_cleanly,
+    job_id_of,
+    make_pod,
+    running_process,
+    worker_env,
+)
 
 pytestmark = pytest.mark.slurm
 
@@ -53,25 +61,9 @@ def previous_release(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]
 async def old_worker(stack: Stack, tree: Path) -> AsyncIterator[asyncio.subprocess.Process]:
     # The previous release's packages shadow today's.
     env = worker_env(stack, PYTHONPATH=str(tree), METRICS_PORT="0")
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-c",
-        "from worker.cli import app; app()",
-        "worker",
-        cwd=tree,
-        env=env,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
-    try:
+    command = (sys.executable, "-c", "from worker.cli import app; app()", "worker")
+    async with running_process(*command, cwd=tree, env=env) as process:
         yield process
-    finally:
-        if process.returncode is None:
-            process.send_signal(signal.SIGINT)
-            try:
-                await asyncio.wait_for(process.wait(), 20)
-            except TimeoutError:
-                process.kill()
-                await process.wait()
 
 
 def tolerated_pod(stack: Stack, name: str) -> Pod:

@@ -2,7 +2,6 @@
 
 import asyncio
 import contextlib
-import signal
 import socket
 import sys
 import urllib.request
@@ -12,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import StackFactory
-from tests.e2e.harness import Pod, Stack, bound, job_id_of, worker_env
+from tests.e2e.harness import Pod, Stack, bound, job_id_of, running_process, worker_env
 
 pytestmark = pytest.mark.slurm
 
@@ -26,22 +25,9 @@ def free_port() -> int:
 @contextlib.asynccontextmanager
 async def worker_process(stack: Stack, metrics_port: int) -> AsyncIterator[asyncio.subprocess.Process]:
     env = worker_env(stack, METRICS_PORT=str(metrics_port), LOG_FORMAT="json")
-    process = await asyncio.create_subprocess_exec(
-        str(Path(sys.executable).with_name("slurm-bridge")),
-        "worker",
-        env=env,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
-    try:
+    command = (str(Path(sys.executable).with_name("slurm-bridge")), "worker")
+    async with running_process(*command, env=env) as process:
         yield process
-    finally:
-        if process.returncode is None:
-            process.send_signal(signal.SIGINT)
-            try:
-                await asyncio.wait_for(process.wait(), 20)
-            except TimeoutError:
-                process.kill()
-                await process.wait()
 
 
 async def handle_result(stack: Stack, pod: Pod) -> None:
