@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import sys
-import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -26,6 +25,7 @@ from typing import Protocol
 
 from . import errors
 from .clock import Clock
+from .loop import StoreLoop
 from .resources import Registry
 from .store import Store, StoredEvent
 from .util import JSON, now_rfc3339
@@ -51,24 +51,12 @@ class Controller(Protocol):
         ...
 
 
-class ControllerManager:
+class ControllerManager(StoreLoop):
     def __init__(self, store: Store, clock: Clock, controllers: Sequence[Controller]) -> None:
-        self.store = store
+        super().__init__(store, "kube-fake-controllers")
         self.clock = clock
         self.controllers = tuple(controllers)
         self._cursor: int | None = None  # last resourceVersion handed to the controllers
-        self._stop = False
-        self._thread = threading.Thread(target=self._run, name="kube-fake-controllers", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        with self.store.cond:
-            self._stop = True
-            self.store.cond.notify_all()
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
 
     def caught_up(self) -> bool:
         """Every change so far handled and no timer overdue (caller holds the store lock)."""

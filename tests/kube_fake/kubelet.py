@@ -23,11 +23,11 @@ from __future__ import annotations
 import functools
 import hashlib
 import sys
-import threading
 import time
 import traceback
 from typing import Any
 
+from .loop import StoreLoop
 from .resources import Registry
 from .store import Store
 from .subresources import set_condition
@@ -110,24 +110,12 @@ def finished_status(pod: JSON, exit_code: int) -> JSON:
     return status
 
 
-class FakeKubelet:
+class FakeKubelet(StoreLoop):
     def __init__(self, store: Store, registry: Registry) -> None:
-        self.store = store
+        super().__init__(store, "kube-fake-kubelet")
         self.pods = registry.resolve("pods")
         self.nodes = registry.resolve("nodes")
         self._started: dict[str, float] = {}  # pod uid -> monotonic start (startTime is 1s-granular)
-        self._stop = False
-        self._thread = threading.Thread(target=self._run, name="kube-fake-kubelet", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        with self.store.cond:
-            self._stop = True
-            self.store.cond.notify_all()
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
 
     def _run(self) -> None:
         store = self.store
