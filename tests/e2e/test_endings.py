@@ -95,3 +95,4 @@ async def test_no_overlap_a_node_handed_on_waits_for_the_old_pods_to_stop(make_s
     assert bound(new) == stack.partition.node_names[0]
     stack.kube.set_pod_phase(stack.namespace, "new", "Succeeded")
     await stack.wait_pod("new", finished_cleanly)
+    await stack.wait_pod("old", finished_cleanly)  # its release may have met the kubelet's write: retried
