@@ -61,12 +61,13 @@ class KubeActivities:
             return None
         return pod if pod.get("metadata", {}).get("uid") == ref.uid else None
 
-    async def _patch_pod(self, ref: PodRef, patch: Json, *, subresource: str | None = None) -> None:
+    async def _patch_pod(self, ref: PodRef, patch: Json, *, subresource: str | None = None) -> Json:
+        """The pod as the patch left it (the API server answers with it)."""
         # The uid precondition makes the write fail (409) rather than touch a namesake.
         path = api_path("pods", namespace=ref.namespace, name=ref.name, subresource=subresource)
         body = {**patch, "metadata": {**patch.get("metadata", {}), "uid": ref.uid}}
         content = STRATEGIC_MERGE if subresource == "status" else MERGE_PATCH
-        await self.kube.request("PATCH", path, body=body, content_type=content)
+        return await self.kube.request("PATCH", path, body=body, content_type=content)
 
     # -- finalizer ---------------------------------------------------------
 

@@ -159,12 +159,11 @@ class PlacementActivities:
                 }
             }
             try:
-                await self.kube._patch_pod(ref, patch)
+                return await self.kube._patch_pod(ref, patch)  # the claimed pod: no need to read it again
             except KubeNotFound:
                 return None
             except KubeConflict:
                 continue  # edited meanwhile: read again
-            return await self.kube.read_pod(ref)
         raise KubeConflict(409, "Conflict", f"pod {ref.key} kept changing while it was claimed")
 
     async def _unclaim(self, pods: list[PodRef]) -> None:
