@@ -252,7 +252,7 @@ class PodWatcher:
             else:  # legacy: the old id, and its job (whose comment is that id) to follow
                 wid = legacy_workflow_id(group)
                 self._follow_job(uid, pod, wid)
-            self._workflow_of[uid] = wid
+                self._workflow_of[uid] = wid
         if wid is None:
             return
         if event.gone:
@@ -267,6 +267,8 @@ class PodWatcher:
                 deletion_slack_seconds=self.deletion_slack_seconds,
                 eviction_patience_seconds=self.eviction_patience_seconds,
             )
+            # Only once started: a failed start is retried as a start, not as a signal.
+            self._workflow_of[uid] = wid
             self.starts += 1
             return
         handle: WorkflowHandle[Any, Any] = self.temporal.get_workflow_handle(wid)
@@ -317,28 +319,38 @@ async def start_placement_workflow(
         eviction_patience_seconds=eviction_patience_seconds,
         events=events,
     )
-    try:
-        return await temporal.start_workflow(
-            PlacementWorkflow.run,
-            request,
-            id=wid,
-            task_queue=task_queue,
-            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-            search_attributes=TypedSearchAttributes(
-                [
-                    SearchAttributePair(sa.POD_NAMESPACE, pod.namespace),
-                    SearchAttributePair(sa.POD_NAME, pod.name),
-                    SearchAttributePair(sa.POD_UID, pod.uid),
-                    SearchAttributePair(sa.PLACEMENT_GROUP, group.name),
-                    SearchAttributePair(sa.PLACEMENT_PHASE, "Pending"),
-                ]
-            ),
-            static_summary=f"place {group.kind} {group.name} with Slurm" + (" (retry)" if retry else ""),
-        )
-    except WorkflowAlreadyStartedError:
+    while True:
+        try:
+            return await temporal.start_workflow(
+                PlacementWorkflow.run,
+                request,
+                id=wid,
+                task_queue=task_queue,
+                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+                id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+                search_attributes=TypedSearchAttributes(
+                    [
+                        SearchAttributePair(sa.POD_NAMESPACE, pod.namespace),
+                        SearchAttributePair(sa.POD_NAME, pod.name),
+                        SearchAttributePair(sa.POD_UID, pod.uid),
+                        SearchAttributePair(sa.PLACEMENT_GROUP, group.name),
+                        SearchAttributePair(sa.PLACEMENT_PHASE, "Pending"),
+                    ]
+                ),
+                static_summary=f"place {group.kind} {group.name} with Slurm" + (" (retry)" if retry else ""),
+            )
+        except WorkflowAlreadyStartedError:
+            pass
         # The group's placement runs: this pod joins it (or is told it is too late).
         handle: WorkflowHandle[Any, Any] = temporal.get_workflow_handle(wid)
-        for member in events:
-            await handle.signal(PlacementWorkflow.pod_changed, member)
+        try:
+            for member in events:
+                await handle.signal(PlacementWorkflow.pod_changed, member)
+        except RPCError as error:
+            if error.status != RPCStatusCode.NOT_FOUND:
+                raise
+            # It ended between the start and the signal (a restarted group's last placement
+            # cleaning up): these pods open the next generation, so start again.
+            log.info("placement %s ended before %s could join it; starting it again", wid, pod.key)
+            continue
         return handle
