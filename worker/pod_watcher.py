@@ -18,6 +18,7 @@ resourceVersion and re-listed when the API server says it is too old (410).
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
@@ -45,10 +46,14 @@ from bridge.models import (
 from bridge.pod_events import job_id_label, pod_event
 from worker.delivery import LatestPerKey
 from worker.job_registry import LiveJobs
+from worker.pod_group_waits import PodGroupWaits
 from workflows.placement import PlacementWorkflow
 
 log = logging.getLogger(__name__)
 DEFAULT_INSTALLATION = "slurm-bridge"
+POD_GROUP_NOT_FOUND = "PodGroupNotFound"
+# How a waiting pod is told why: PodScheduled=False and an Event, both with this reason and message.
+Tell = Callable[[PodRef, str, str], Awaitable[None]]
 
 
 def group_workflow_id(group: grouping.Group, installation: str = DEFAULT_INSTALLATION) -> str:
@@ -116,8 +121,10 @@ class PodWatcher:
         jobs: LiveJobs | None = None,
         deletion_slack_seconds: float = 60.0,
         eviction_patience_seconds: float = 300.0,
+        tell: Tell | None = None,
     ) -> None:
         self.kube = kube
+        self.tell = tell
         self.temporal = temporal
         self.task_queue = task_queue
         self.scheduler_name = scheduler_name
@@ -135,6 +142,8 @@ class PodWatcher:
         self._finished: set[str] = set()  # uids of claimed pods that finished
         self._started: set[str] = set()  # uids whose placement was started or joined
         self._delivery: LatestPerKey[Delivery] = LatestPerKey(self._deliver)
+        # Pods whose PodGroup does not exist yet: started when it appears.
+        self.pod_group_waits = PodGroupWaits(kube, self._pod_group_appeared)
 
     async def run(self) -> None:
         path = api_path("pods")
@@ -155,6 +164,7 @@ class PodWatcher:
                 await asyncio.sleep(2)
 
     async def close(self) -> None:
+        await self.pod_group_waits.close()
         await self._delivery.close()
 
     async def _list(self, path: str, query: dict[str, str]) -> str:
@@ -193,6 +203,8 @@ class PodWatcher:
         if not (start or claim or legacy):
             return  # bound by someone else, or finished before we ever saw it
         uid = event.pod.uid
+        if not start and self.pod_group_waits.waiting(uid):
+            self.pod_group_waits.forget(uid)  # bound by someone else, finished or being deleted
         self._refs[uid] = event.pod
         if claim is not None:
             self._workflow_of[uid] = workflow_id_of(claim)
@@ -202,7 +214,8 @@ class PodWatcher:
         signature = (event.terminal, event.deleting, event.job_annotations)
         if start:
             if uid in self._started:
-                return  # its placement has it (in the start request or by signal)
+                self.pod_group_waits.update(pod)
+                return  # its placement has it (in the start request or by signal), or it waits
             self._started.add(uid)
         elif self._signature.get(uid) == signature:
             return
@@ -223,6 +236,7 @@ class PodWatcher:
             self.jobs.track(job_id, placement_id)
 
     def _observe_gone(self, pod: PodRef) -> None:
+        self.pod_group_waits.forget(pod.uid)
         self._refs.pop(pod.uid, None)
         self._signature.pop(pod.uid, None)
         self._started.discard(pod.uid)
@@ -233,9 +247,13 @@ class PodWatcher:
         if pod.uid in self._workflow_of:
             self._delivery.submit(pod.uid, (PodEvent(pod=pod, gone=True), None, False))
 
-    async def _group_of(self, pod: Json, ref: PodRef) -> grouping.Group:
+    async def _group_of(self, pod: Json, ref: PodRef, *, start: bool) -> grouping.Group:
         try:
             return await grouping.resolve(KubeReader(self.kube), pod)
+        except grouping.PodGroupNotFound:
+            if start:
+                raise  # it waits for its group
+            return solo_group(ref)
         except grouping.GroupError as error:
             # Placed alone, so its translation reports the problem on the pod.
             log.info("pod %s: %s", ref.key, error)
@@ -246,7 +264,11 @@ class PodWatcher:
         wid = self._workflow_of.get(uid)
         group = None
         if wid is None and pod is not None:
-            group = await self._group_of(pod, event.pod)
+            try:
+                group = await self._group_of(pod, event.pod, start=start)
+            except grouping.PodGroupNotFound as missing:
+                await self._wait_for_pod_group(missing, pod, event.pod)
+                return
             if start:
                 wid = group_workflow_id(group, self.installation)
             else:  # legacy: the old id, and its job (whose comment is that id) to follow
@@ -280,6 +302,19 @@ class PodWatcher:
             # No running placement: it finished, or never existed. Nothing to do.
             return
         self.signals += 1
+
+    async def _wait_for_pod_group(self, missing: grouping.PodGroupNotFound, pod: Json, ref: PodRef) -> None:
+        """Not placed alone: the pod waits, told why, until its PodGroup is created."""
+        if self.pod_group_waits.add(missing.kind, missing.namespace, missing.name, pod):
+            log.info("pod %s waits: %s", ref.key, missing)
+            if self.tell is not None:
+                await self.tell(ref, POD_GROUP_NOT_FOUND, str(missing))
+        await self.pod_group_waits.recheck(missing.kind, missing.namespace, missing.name)
+
+    def _pod_group_appeared(self, pods: list[Json]) -> None:
+        for pod in pods:
+            event = pod_event(pod, gone=False)
+            self._delivery.submit(event.pod.uid, (event, pod, True))
 
 
 async def start_placement_workflow(
