@@ -29,7 +29,7 @@ from activities.pod_group_status import set_scheduled
 from activities.slurm import ENDED_STATES, SlurmActivities, job_event
 from activities.slurm_client import SlurmNotFound, SlurmRejected
 from bridge import keys
-from bridge.feasibility import excluded_slurm_nodes, group_feasibility
+from bridge.feasibility import BRIDGE_NODE_LABELS, excluded_slurm_nodes, group_feasibility
 from bridge.models import (
     BindInput,
     BindResult,
@@ -58,7 +58,7 @@ async def bridge_nodes(kube: KubeClient) -> list[Json]:
     Selected by label, so the cost follows the bridge's nodes, not the cluster's.
     """
     nodes: dict[str, Json] = {}
-    for selector in (*keys.LABELS_EXTERNAL_NODE, keys.LABEL_SLURM_NODE_NAME):
+    for selector in BRIDGE_NODE_LABELS:
         listed = await kube.request("GET", api_path("nodes"), query={"labelSelector": selector})
         nodes.update({node["metadata"]["name"]: node for node in listed.get("items", [])})
     return list(nodes.values())

@@ -32,6 +32,8 @@ class PodGroupWaits:
         self.on_appeared = on_appeared
         self._waiting: Waiting = {}
         self._watches: dict[Kind, asyncio.Task[None]] = {}
+        self.idle = asyncio.Event()  # set while no pod waits (and nothing is watched)
+        self.idle.set()
 
     def add(self, kind: Kind, namespace: str, name: str, pod: Json) -> bool:
         """Remember that `pod` waits for this PodGroup; True when it was not waiting already."""
@@ -41,6 +43,7 @@ class PodGroupWaits:
         pods[uid] = pod
         if kind not in self._watches:
             self._watches[kind] = asyncio.create_task(self._watch(kind), name=f"{kind.kind} watch")
+        self.idle.clear()
         return new
 
     def update(self, pod: Json) -> None:
@@ -61,6 +64,11 @@ class PodGroupWaits:
             if not groups:
                 self._stop(kind)
 
+    @property
+    def watching(self) -> set[Kind]:
+        """The PodGroup kinds watched now: those some pod waits for."""
+        return set(self._watches)
+
     def waiting(self, uid: str) -> bool:
         return any(uid in pods for groups in self._waiting.values() for pods in groups.values())
 
@@ -79,6 +87,8 @@ class PodGroupWaits:
         task = self._watches.pop(kind, None)
         if task is not None:
             task.cancel()
+        if not self._watches:
+            self.idle.set()
 
     async def _watch(self, kind: Kind) -> None:
         path = api_path(kind.plural, group=kind.group, version=kind.version)

@@ -200,11 +200,11 @@ class PodWatcher:
             return  # another bridge installation's pod
         legacy = claim is None and bridge_involved(pod)  # placed by a bridge before placement ids
         start = claim is None and not legacy and wants_placement(event)
-        if not (start or claim or legacy):
-            return  # bound by someone else, or finished before we ever saw it
         uid = event.pod.uid
         if not start and self.pod_group_waits.waiting(uid):
             self.pod_group_waits.forget(uid)  # bound by someone else, finished or being deleted
+        if not (start or claim or legacy):
+            return  # bound by someone else, or finished before we ever saw it
         self._refs[uid] = event.pod
         if claim is not None:
             self._workflow_of[uid] = workflow_id_of(claim)

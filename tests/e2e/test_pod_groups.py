@@ -7,6 +7,7 @@
   condition says whether the group is scheduled, as kube-scheduler's does.
 """
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -98,6 +99,8 @@ async def test_pods_wait_for_their_coscheduling_pod_group(make_stack: StackFacto
     )
     placed = [await stack.wait_pod(name, bound) for name in names]
     assert len({job_id_of(p) for p in placed}) == 1  # one job for the group
+    assert stack.bridge is not None
+    assert stack.bridge.pod_watcher.pod_group_waits.watching == set()  # no pod waits: no watch
     assert sorted(bound(p) or "" for p in placed) == sorted(stack.partition.node_names)
     [job] = await stack.partition_jobs()
     assert job["name"] == "mpi"
@@ -155,3 +158,17 @@ async def test_an_unschedulable_builtin_pod_group_says_so(make_stack: StackFacto
 
     stack.kube.delete_object("pods", "pinned-0", stack.namespace)
     await stack.wait_pod("pinned-0", finished_cleanly)
+
+
+async def test_a_waiting_pod_that_ends_stops_the_wait(make_stack: StackFactory) -> None:
+    stack = await make_stack(nodes=1)
+    group_pod(stack, "stray", {grouping.LABEL_POD_GROUP: "ghost"})
+    await stack.wait_pod("stray", waits_for_its_group)
+    assert stack.bridge is not None
+    waits = stack.bridge.pod_watcher.pod_group_waits
+    assert waits.watching == {grouping.COSCHEDULING_PODGROUP}
+
+    stack.kube.set_pod_phase(stack.namespace, "stray", "Failed")  # it ended before its group existed
+    await asyncio.wait_for(waits.idle.wait(), 10)
+    assert waits.watching == set()
+    assert await stack.partition_jobs() == []
