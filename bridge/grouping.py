@@ -4,7 +4,9 @@ Precedence, as upstream: a built-in PodGroup (`spec.schedulingGroup`), then a
 coscheduling PodGroup (label `scheduling.x-k8s.io/pod-group`), then the
 controller owner chain (LeaderWorkerSet groups; Job and JobSet give per-pod
 jobs with their annotations and deadline; any other controller gives per-pod
-jobs with the highest readable controller's annotations).
+jobs with the highest readable controller's annotations). A pod naming a
+PodGroup of either kind that does not exist raises `PodGroupNotFound`: like
+kube-scheduler, the bridge keeps it waiting for its group, never placing it alone.
 
 Reads go through a `Reader`, so the worker (Kubernetes API), and `explain`
 (objects from a file) resolve groups with exactly the same code.
