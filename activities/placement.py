@@ -24,12 +24,13 @@ from temporalio.exceptions import ApplicationError
 
 from activities.errors import classified
 from activities.kube import BOUND_ELSEWHERE, KubeActivities, now
-from activities.kube_client import Json, KubeClient, KubeConflict, KubeError, KubeNotFound, api_path
+from activities.kube_client import Json, KubeConflict, KubeError, KubeNotFound, api_path
+from activities.node_source import ListedNodes, NodeSource, kubernetes_node_names
 from activities.pod_group_status import set_scheduled
 from activities.slurm import ENDED_STATES, SlurmActivities, job_event
 from activities.slurm_client import SlurmNotFound, SlurmRejected
 from bridge import keys
-from bridge.feasibility import BRIDGE_NODE_LABELS, excluded_slurm_nodes, group_feasibility
+from bridge.feasibility import excluded_slurm_nodes, group_feasibility
 from bridge.models import (
     BindInput,
     BindResult,
@@ -52,22 +53,12 @@ INVALID_NODE_NAME = 2018  # Slurm: "Invalid node name specified"
 CAS_ATTEMPTS = 5  # a pod edited by others this often in a row: let the activity retry later
 
 
-async def bridge_nodes(kube: KubeClient) -> list[Json]:
-    """The nodes the bridge places on: registered by node sync, or running slurmd (mapped by label).
-
-    Selected by label, so the cost follows the bridge's nodes, not the cluster's.
-    """
-    nodes: dict[str, Json] = {}
-    for selector in BRIDGE_NODE_LABELS:
-        listed = await kube.request("GET", api_path("nodes"), query={"labelSelector": selector})
-        nodes.update({node["metadata"]["name"]: node for node in listed.get("items", [])})
-    return list(nodes.values())
-
-
 class PlacementActivities:
-    def __init__(self, kube: KubeActivities, slurm: SlurmActivities) -> None:
+    def __init__(self, kube: KubeActivities, slurm: SlurmActivities, nodes: NodeSource | None = None) -> None:
         self.kube = kube
         self.slurm = slurm
+        # The worker's watched cache of the bridge's nodes; listed on each use without one.
+        self.nodes = nodes or ListedNodes(kube.kube)
 
     # -- prepare and submit ----------------------------------------------------
 
@@ -129,7 +120,7 @@ class PlacementActivities:
         )
 
     async def _bridge_nodes(self) -> list[Json]:
-        return await bridge_nodes(self.kube.kube)
+        return await self.nodes.bridge_nodes()
 
     async def _submit(
         self, job: JobDescription, placement_id: str, *, since: int, recovery: bool
@@ -191,7 +182,7 @@ class PlacementActivities:
         if not job.running or len(job.nodes) < len(given.pods):
             return BindResult(job=job)
         slurm_nodes = job.nodes[: len(given.pods)]
-        nodes = await self.kube.resolve_nodes(slurm_nodes)
+        nodes = await kubernetes_node_names(self.kube.kube, self.nodes, slurm_nodes)
         leaving = await self._leaving(nodes, given.job_id)
         if leaving and not given.force:
             # Slurm hands a node on the moment a job ends; its pods may still be stopping.

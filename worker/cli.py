@@ -176,7 +176,7 @@ def _explain_live(
 ) -> Any:
     from activities.kube_client import KubeClient, KubeError, KubeNotFound, api_path, load_configuration
     from activities.kube_reader import KubeReader
-    from activities.placement import bridge_nodes
+    from activities.node_source import list_bridge_nodes
     from bridge.grouping import GroupError
     from bridge.translate import TranslationError
     from worker.explain import explain_live
@@ -188,7 +188,12 @@ def _explain_live(
         try:
             pod = await kube.request("GET", api_path("pods", namespace=namespace, name=name))
             return await explain_live(
-                KubeReader(kube), pod, defaults, installation, nodes=await bridge_nodes(kube), policy=policy
+                KubeReader(kube),
+                pod,
+                defaults,
+                installation,
+                nodes=await list_bridge_nodes(kube),
+                policy=policy,
             )
         except KubeNotFound:
             fail(f"pod {reference} does not exist")

@@ -47,6 +47,7 @@ from worker.job_registry import LiveJobs
 from worker.job_watcher import JobWatcher
 from worker.leader import LeaderElector, LeaderTimings, default_identity
 from worker.metrics import slurm_observer
+from worker.node_cache import NodeCache
 from worker.node_rules import ExclusionRefresher
 from worker.node_watcher import NodeWatcher
 from worker.pod_watcher import PodWatcher
@@ -301,6 +302,7 @@ class Bridge:
     pod_watcher: PodWatcher = field(init=False)
     job_watcher: JobWatcher = field(init=False)
     node_watcher: NodeWatcher = field(init=False)
+    node_cache: NodeCache = field(init=False)
     worker: Worker = field(init=False)
 
     def __post_init__(self) -> None:
@@ -315,7 +317,9 @@ class Bridge:
         )
         self._kube_activities = kube_activities
         slurm_activities = SlurmActivities(self.slurm)
-        placement_activities = PlacementActivities(kube_activities, slurm_activities)
+        # Every replica keeps the bridge's nodes watched: its placements read them from memory.
+        self.node_cache = NodeCache(self.kube)
+        placement_activities = PlacementActivities(kube_activities, slurm_activities, self.node_cache)
         node_activities = NodeActivities(self.kube, self.slurm, scheduler_name=s.scheduler_name)
         sweep_activities = SweepActivities(
             kube_activities, self.slurm, self.temporal, installation=s.installation_id
@@ -399,18 +403,23 @@ class Bridge:
         holds the Lease; another takes over (re-listing everything) when it goes.
         """
         s = self.settings
-        async with self.worker:
-            if not s.leader_election:
-                await self._watch()
-                return
-            self.elector = LeaderElector(
-                self.kube,
-                s.lease_namespace,
-                s.lease_name,
-                default_identity(),
-                LeaderTimings(s.lease_duration, s.renew_deadline, s.retry_period),
-            )
-            await self.elector.run(self._lead)
+        nodes = asyncio.create_task(self.node_cache.run(), name="bridge node cache")
+        try:
+            async with self.worker:
+                if not s.leader_election:
+                    await self._watch()
+                    return
+                self.elector = LeaderElector(
+                    self.kube,
+                    s.lease_namespace,
+                    s.lease_name,
+                    default_identity(),
+                    LeaderTimings(s.lease_duration, s.renew_deadline, s.retry_period),
+                )
+                await self.elector.run(self._lead)
+        finally:
+            nodes.cancel()
+            await asyncio.gather(nodes, return_exceptions=True)
 
     async def _lead(self) -> None:
         try:

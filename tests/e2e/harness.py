@@ -104,6 +104,8 @@ class Stack:
         self.bridge = Bridge(self.temporal, kube_client, self.slurm, self.settings)
         self._task = asyncio.create_task(self.bridge.run())
         await asyncio.wait_for(self.bridge.pod_watcher.synced.wait(), 10)
+        # Placements read nodes from the cache from here on (before, they list).
+        await asyncio.wait_for(self.bridge.node_cache.wait_until(lambda cache: cache.synced), 10)
         return self.bridge
 
     async def stop_bridge(self) -> None:

@@ -76,6 +76,9 @@ async def test_pod_is_bound_to_the_node_slurm_allocated_and_job_ends_with_the_po
     assert cost.billable_actions <= 8, cost.actions
     assert cost.events <= 40, cost.events
     assert set(cost.activities) == {"prepare_and_submit", "bind", "release"}
+    # The bridge's nodes came from the watched cache: no node listing for this placement.
+    assert stack.bridge is not None
+    assert (stack.bridge.node_cache.reads, stack.bridge.node_cache.listings) == (2, 0)  # submit, bind
     replayer = Replayer(workflows=[PlacementWorkflow], data_converter=pydantic_data_converter)
     await replayer.replay_workflow(history)
     if os.environ.get("SLURM_BRIDGE_RECORD_HISTORY"):
