@@ -30,7 +30,16 @@ from temporalio.service import (
     _BridgeServiceClient,
 )
 from temporalio.worker import Plugin as WorkerPlugin
-from temporalio.worker import Replayer, ReplayerConfig, Worker, WorkerConfig, WorkflowReplayResult
+from temporalio.worker import (
+    Replayer,
+    ReplayerConfig,
+    UnsandboxedWorkflowRunner,
+    Worker,
+    WorkerConfig,
+    WorkflowReplayResult,
+    WorkflowRunner,
+)
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.kube import KubeActivities, KubeSettings
 from activities.kube_client import KubeClient, load_configuration
@@ -289,6 +298,11 @@ def _type_name(key: SearchAttributeKey[Any]) -> str:
     return "".join(part.title() for part in name.removeprefix("INDEXED_VALUE_TYPE_").split("_"))
 
 
+def unsandboxed_runner(*, sandbox_every_workflow: bool) -> WorkflowRunner:
+    """What runs the workflows marked unsandboxed: the sandbox too when `sandbox_every_workflow`."""
+    return SandboxedWorkflowRunner() if sandbox_every_workflow else UnsandboxedWorkflowRunner()
+
+
 @dataclass
 class Bridge:
     """The worker and its three watchers, sharing one Temporal client, one Kubernetes and one Slurm client."""
@@ -298,6 +312,9 @@ class Bridge:
     slurm: SlurmClient
     settings: WorkerSettings
     node_sync_schedule_id: str = NODE_SYNC_SCHEDULE_ID
+    # Tests set it: workflows marked unsandboxed (the Placement) run in the sandbox too, so
+    # a non-deterministic call fails there instead of passing unnoticed.
+    sandbox_every_workflow: bool = False
     live_jobs: LiveJobs = field(init=False)
     pod_watcher: PodWatcher = field(init=False)
     job_watcher: JobWatcher = field(init=False)
@@ -352,6 +369,9 @@ class Bridge:
             max_concurrent_activities=s.temporal_max_concurrent_activities,
             max_concurrent_workflow_tasks=s.temporal_max_concurrent_workflow_tasks,
             max_cached_workflows=s.temporal_max_cached_workflows,
+            unsandboxed_workflow_runner=unsandboxed_runner(
+                sandbox_every_workflow=self.sandbox_every_workflow
+            ),
         )
         self.elector: LeaderElector | None = None
         self._new_watchers()

@@ -101,7 +101,9 @@ class Stack:
         from activities.kube_client import load_configuration
 
         kube_client = KubeClient(await load_configuration(str(self.kubeconfig)))
-        self.bridge = Bridge(self.temporal, kube_client, self.slurm, self.settings)
+        self.bridge = Bridge(
+            self.temporal, kube_client, self.slurm, self.settings, sandbox_every_workflow=True
+        )
         self._task = asyncio.create_task(self.bridge.run())
         await asyncio.wait_for(self.bridge.pod_watcher.synced.wait(), 10)
         # Placements read nodes from the cache from here on (before, they list).
@@ -138,7 +140,7 @@ class Stack:
             namespace=self.temporal.namespace,
             data_converter=self.temporal.data_converter,
         )
-        bridge = Bridge(temporal, kube_client, slurm, self.settings)
+        bridge = Bridge(temporal, kube_client, slurm, self.settings, sandbox_every_workflow=True)
         task = asyncio.create_task(bridge.run())
         await asyncio.wait_for(bridge.pod_watcher.synced.wait(), 10)
         return Replica(bridge, task)

@@ -19,6 +19,7 @@ from bench.probes import history_cost
 from bridge import keys
 from tests.e2e.conftest import StackFactory
 from tests.e2e.harness import Pod, Stack, bound, finished_cleanly, job_id_of, slurm_bridge
+from worker.main import unsandboxed_runner
 from worker.operations import RetryRefused, retry_placement
 from workflows.placement import PlacementWorkflow
 
@@ -79,7 +80,11 @@ async def test_pod_is_bound_to_the_node_slurm_allocated_and_job_ends_with_the_po
     # The bridge's nodes came from the watched cache: no node listing for this placement.
     assert stack.bridge is not None
     assert (stack.bridge.node_cache.reads, stack.bridge.node_cache.listings) == (2, 0)  # submit, bind
-    replayer = Replayer(workflows=[PlacementWorkflow], data_converter=pydantic_data_converter)
+    replayer = Replayer(
+        workflows=[PlacementWorkflow],
+        data_converter=pydantic_data_converter,
+        unsandboxed_workflow_runner=unsandboxed_runner(sandbox_every_workflow=True),
+    )
     await replayer.replay_workflow(history)
     if os.environ.get("SLURM_BRIDGE_RECORD_HISTORY"):
         GOLDEN_HISTORY.write_text(history.to_json())

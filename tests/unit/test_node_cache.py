@@ -122,7 +122,7 @@ async def test_follows_labels_taints_and_deletions(
 
 
 def test_keeps_only_what_node_rules_read() -> None:
-    node = {
+    node: Json = {
         "metadata": {"name": "n", "labels": {"a": "b"}, "managedFields": [{"manager": "kubelet"}]},
         "spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]},
         "status": {"images": [{"names": ["big"]}], "allocatable": {"cpu": "4"}, "conditions": []},

@@ -13,6 +13,7 @@ from temporalio import activity
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from tenacity import AsyncRetrying, stop_after_delay, wait_fixed
 
 from activities.errors import KUBE_REJECTED
@@ -85,7 +86,11 @@ async def test_a_final_kubernetes_error_fails_the_placement_at_once_and_releases
     stand_ins = StandIns(reject_prepare=True)
     task_queue = f"failures-{uuid.uuid4().hex[:8]}"
     async with Worker(
-        temporal_client, task_queue=task_queue, workflows=[PlacementWorkflow], activities=stand_ins.all()
+        temporal_client,
+        task_queue=task_queue,
+        workflows=[PlacementWorkflow],
+        unsandboxed_workflow_runner=SandboxedWorkflowRunner(),  # the guard production skips
+        activities=stand_ins.all(),
     ):
         handle = await temporal_client.start_workflow(
             PlacementWorkflow.run,
@@ -110,7 +115,11 @@ async def test_a_step_stuck_past_its_bound_is_told_on_the_pod_and_tried_again(
     # A short bound (5 minutes by default): the step gives up after 2 s, tells, pauses, tries again.
     stuck = request().model_copy(update={"step_bound_seconds": 2.0})
     async with Worker(
-        temporal_client, task_queue=task_queue, workflows=[PlacementWorkflow], activities=stand_ins.all()
+        temporal_client,
+        task_queue=task_queue,
+        workflows=[PlacementWorkflow],
+        unsandboxed_workflow_runner=SandboxedWorkflowRunner(),  # the guard production skips
+        activities=stand_ins.all(),
     ):
         handle = await temporal_client.start_workflow(
             PlacementWorkflow.run, stuck, id=f"placement/test/stuck/{uuid.uuid4()}", task_queue=task_queue
