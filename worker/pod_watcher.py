@@ -52,6 +52,7 @@ from workflows.placement import PlacementWorkflow
 log = logging.getLogger(__name__)
 DEFAULT_INSTALLATION = "slurm-bridge"
 POD_GROUP_NOT_FOUND = "PodGroupNotFound"
+START_ATTEMPTS = 5  # start, or join by signal, a placement that may be ending meanwhile
 # How a waiting pod is told why: PodScheduled=False and an Event, both with this reason and message.
 Tell = Callable[[PodRef, str, str], Awaitable[None]]
 
@@ -354,7 +355,7 @@ async def start_placement_workflow(
         eviction_patience_seconds=eviction_patience_seconds,
         events=events,
     )
-    while True:
+    for _ in range(START_ATTEMPTS):
         try:
             return await temporal.start_workflow(
                 PlacementWorkflow.run,
@@ -389,3 +390,5 @@ async def start_placement_workflow(
             log.info("placement %s ended before %s could join it; starting it again", wid, pod.key)
             continue
         return handle
+    # Raised to the delivery queue, which tries again later.
+    raise RuntimeError(f"placement {wid} kept ending while {pod.key} was joining it")
