@@ -14,10 +14,11 @@ from temporalio.exceptions import ApplicationError
 
 from activities.kube_client import Json, KubeClient, KubeNotFound, api_path
 from bridge import keys
+from bridge.feasibility import BRIDGE_NODE_LABELS
 
 NODE_NOT_FOUND = "NodeNotFound"  # the failure type of a placement whose node Kubernetes lacks
-# One label selector per way a node becomes the bridge's.
-SELECTORS = (*keys.LABELS_EXTERNAL_NODE, keys.LABEL_SLURM_NODE_NAME)
+# One label selector per way a node becomes the bridge's (`bridge.feasibility.is_bridge_node`).
+SELECTORS = BRIDGE_NODE_LABELS
 
 
 class NodeSource(Protocol):

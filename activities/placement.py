@@ -26,6 +26,7 @@ from activities.errors import classified
 from activities.kube import BOUND_ELSEWHERE, KubeActivities, now
 from activities.kube_client import Json, KubeConflict, KubeError, KubeNotFound, api_path
 from activities.node_source import ListedNodes, NodeSource, kubernetes_node_names
+from activities.pod_group_status import set_scheduled
 from activities.slurm import ENDED_STATES, SlurmActivities, job_event
 from activities.slurm_client import SlurmNotFound, SlurmRejected
 from bridge import keys
@@ -91,6 +92,7 @@ class PlacementActivities:
             if feasibility.summary != given.reported:
                 await self.kube.set_unschedulable(request.pods, "Unschedulable", feasibility.summary)
                 await self.kube.record_event(request.pods, "FailedScheduling", feasibility.summary, True)
+                await set_scheduled(self.kube.kube, pods[0], False, feasibility.summary, stamp=now())
             return Prepared(submitted=False, pods=request.pods, unschedulable=feasibility.summary)
         job = await self.kube.build_job(request, pods, excluded_nodes=excluded_slurm_nodes(feasibility))
         recovery = given.recovery or activity.info().attempt > 1
@@ -187,13 +189,17 @@ class PlacementActivities:
                 float((p.get("spec") or {}).get("terminationGracePeriodSeconds") or 30) for p in leaving
             )
             return BindResult(job=job, waiting_for=sorted(_key(p) for p in leaving), grace_seconds=grace)
+        read: list[Json] = []
         for ref, node in zip(given.pods, nodes, strict=True):
-            await self._bind(ref, node, given.scheduler_name or self.kube.settings.scheduler_name)
+            pod = await self._bind(ref, node, given.scheduler_name or self.kube.settings.scheduler_name)
+            read += [pod] if pod is not None else []
         message = f"Slurm job {job.job_id} allocated {', '.join(slurm_nodes)}; bound to {', '.join(nodes)}"
         if leaving:
             message += f", although {', '.join(sorted(_key(p) for p in leaving))} had not stopped in time"
         for ref in given.pods:
             await self.kube._event(ref, "Bound", message, bool(leaving))
+        if read:
+            await set_scheduled(self.kube.kube, read[0], True, message, stamp=now())
         return BindResult(job=job, slurm_nodes=slurm_nodes, nodes=nodes)
 
     async def _leaving(self, nodes: list[str], job_id: int) -> list[Json]:
@@ -218,16 +224,17 @@ class PlacementActivities:
         # A job Slurm still runs shares the node by Slurm's own decision; an ended or forgotten one does not.
         return [pod for pod in others if not _running(states.get(job_id_label(pod) or 0))]
 
-    async def _bind(self, ref: PodRef, node: str, scheduler_name: str) -> None:
+    async def _bind(self, ref: PodRef, node: str, scheduler_name: str) -> Json | None:
+        """Bind the pod to the node; the pod as read (None when it went away)."""
         for _ in range(CAS_ATTEMPTS):
             pod = await self.kube.read_pod(ref)
             if pod is None or pod["metadata"].get("deletionTimestamp"):
-                return  # the workflow learns of it from the pod watcher
+                return None  # the workflow learns of it from the pod watcher
             spec, meta = pod.get("spec") or {}, pod["metadata"]
             current = spec.get("nodeName")
             if current:
                 if current == node:
-                    return  # an earlier attempt got there
+                    return pod  # an earlier attempt got there
                 raise ApplicationError(
                     f"pod {ref.key} is already bound to {current}, not to the allocated node {node}",
                     type=BOUND_ELSEWHERE,
@@ -247,7 +254,7 @@ class PlacementActivities:
             try:
                 await self.kube._patch_pod(ref, patch)
             except KubeNotFound:
-                return
+                return None
             except KubeConflict:
                 continue
             binding = {
@@ -263,10 +270,10 @@ class PlacementActivities:
                     body=binding,
                 )
             except KubeNotFound:
-                return
+                return None
             except KubeConflict:
                 continue  # bound meanwhile (an earlier attempt, another replica): check which node
-            return
+            return pod
         raise KubeConflict(409, "Conflict", f"pod {ref.key} kept changing while it was bound")
 
     # -- release -----------------------------------------------------------------
@@ -350,6 +357,8 @@ class PlacementActivities:
         message = message or f"Slurm job {job_id} is pending: {reason}"
         await self.kube.set_unschedulable(pods, reason, message)
         await self.kube.record_event(pods, event_reason, message, False)
+        if event_reason == "SlurmJobPending" and pods and (pod := await self.kube.read_pod(pods[0])):
+            await set_scheduled(self.kube.kube, pod, False, message, stamp=now())
 
     @activity.defn(name="update_pending_job")
     @classified

@@ -95,10 +95,14 @@ PERMISSIONS = (
     Permission(
         "owner lookups (LeaderWorkerSet)", "leaderworkerset.x-k8s.io", ("leaderworkersets",), ("get",)
     ),
-    Permission("owner lookups (PodGroup)", "scheduling.x-k8s.io", ("podgroups",), ("get",)),
     Permission(
-        "owner lookups (scheduling.k8s.io)", "scheduling.k8s.io", ("podgroups", "workloads"), ("get",)
+        "PodGroups (scheduler-plugins)", "scheduling.x-k8s.io", ("podgroups",), ("get", "list", "watch")
     ),
+    Permission(
+        "PodGroups (scheduling.k8s.io)", "scheduling.k8s.io", ("podgroups",), ("get", "list", "watch")
+    ),
+    Permission("Workloads (scheduling.k8s.io)", "scheduling.k8s.io", ("workloads",), ("get",)),
+    Permission("PodGroup conditions", "scheduling.k8s.io", ("podgroups/status",), ("patch",)),
     Permission(
         "leases", "coordination.k8s.io", ("leases",), ("get", "create", "update"), in_lease_namespace=True
     ),

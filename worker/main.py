@@ -49,6 +49,7 @@ from activities.slurm import SlurmActivities
 from activities.slurm_client import SlurmClient
 from activities.sweep import SweepActivities
 from bridge import search_attributes as sa
+from bridge.models import PodRef
 from bridge.policy import PolicyFile
 from bridge.translate import Defaults
 from worker.job_registry import LiveJobs
@@ -331,6 +332,7 @@ class Bridge:
                 policy=PolicyFile(s.tenant_policy_file),
             ),
         )
+        self._kube_activities = kube_activities
         slurm_activities = SlurmActivities(self.slurm)
         # Every replica keeps the bridge's nodes watched: its placements read them from memory.
         self.node_cache = NodeCache(self.kube)
@@ -387,6 +389,7 @@ class Bridge:
             jobs=self.live_jobs,
             deletion_slack_seconds=s.deletion_slack,
             eviction_patience_seconds=s.eviction_patience,
+            tell=self._tell_waiting,
         )
         self.job_watcher = JobWatcher(
             self.slurm,
@@ -406,6 +409,11 @@ class Bridge:
         self.node_watcher = NodeWatcher(
             self.kube, self.temporal, schedule_id=self.node_sync_schedule_id, refresher=refresher
         )
+
+    async def _tell_waiting(self, pod: PodRef, reason: str, message: str) -> None:
+        """Why a pod the watcher holds back waits: PodScheduled=False and a Warning Event."""
+        await self._kube_activities.set_unschedulable([pod], reason, message)
+        await self._kube_activities.record_event([pod], reason, message, True)
 
     async def run(self) -> None:
         """Run until cancelled: the worker always, the cluster-wide watchers in the leader only.

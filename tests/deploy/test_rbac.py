@@ -20,8 +20,12 @@ WORKER = grants(
     ("apps", ["replicasets", "deployments", "statefulsets"], ["get"]),
     ("jobset.x-k8s.io", ["jobsets"], ["get"]),
     ("leaderworkerset.x-k8s.io", ["leaderworkersets"], ["get"]),
-    ("scheduling.x-k8s.io", ["podgroups"], ["get"]),
-    ("scheduling.k8s.io", ["podgroups", "workloads"], ["get"]),
+    # PodGroups: owner lookups, and a watch while a pod waits for its PodGroup to be created.
+    ("scheduling.x-k8s.io", ["podgroups"], ["get", "list", "watch"]),
+    ("scheduling.k8s.io", ["podgroups"], ["get", "list", "watch"]),
+    ("scheduling.k8s.io", ["workloads"], ["get"]),
+    # The built-in PodGroup's PodGroupScheduled condition.
+    ("scheduling.k8s.io", ["podgroups/status"], ["patch"]),
 )
 WORKER_LEASES = grants(("coordination.k8s.io", ["leases"], ["get", "create", "update"]))
 WEBHOOK = grants(("", ["namespaces"], ["get", "list", "watch"]))
