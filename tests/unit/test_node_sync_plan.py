@@ -345,20 +345,22 @@ def test_a_registered_node_in_step_needs_nothing() -> None:
     assert run_plan([node], [ours(gres="gpu:2(S:0)", topology="t:s1")]) == []
 
 
-def test_topology_address_and_gpus_are_updated_in_place() -> None:
+def test_topology_and_address_are_updated_in_place() -> None:
     node = external(
-        gpus={"nvidia.com/gpu": "4"},
+        gpus={"nvidia.com/gpu": "2"},
         annotations={keys.ANNOTATION_TOPOLOGY_SPEC: "t:s2"},
         ip="10.9.9.9",
         tainted=True,
     )
     [update] = run_plan([node], [ours(gres="gpu:2", topology="t:s1")])
     assert update == UpdateSlurmNode(
-        slurm_node="n1", kube_node="n1", kube_uid="uid-n1", topology="t:s2", address="10.9.9.9", gres="gpu:4"
+        slurm_node="n1", kube_node="n1", kube_uid="uid-n1", topology="t:s2", address="10.9.9.9"
     )
-    [clear] = run_plan([external(tainted=True)], [ours(gres="gpu:2", topology="t:s1")])
+    [clear] = run_plan(
+        [external(gpus={"nvidia.com/gpu": "2"}, tainted=True)], [ours(gres="gpu:2", topology="t:s1")]
+    )
     assert isinstance(clear, UpdateSlurmNode)
-    assert clear.changes() == {"topology": "", "gres": ""}
+    assert clear.changes() == {"topology": ""}
 
 
 def test_a_labelled_external_node_made_by_hand_is_adopted() -> None:
@@ -467,6 +469,8 @@ def test_a_same_named_regular_slurm_node_is_never_re_registered_or_deleted(label
         (external(cpu="8", tainted=True), "CPUs 4 → 8"),
         (external(memory="4000Mi", tainted=True), "memory 8000 → 4000 MiB"),
         (external(partitions="p1,p2", tainted=True), "partitions p1 → p1,p2"),
+        # Slurm (with gres.conf) refuses a new GPU count on an existing node.
+        (external(gpus={"nvidia.com/gpu": "4"}, tainted=True), "GPUs 0 → 4"),
     ],
 )
 def test_a_changed_shape_drains_a_busy_node_for_re_registration(node: Json, change: str) -> None:
@@ -483,6 +487,16 @@ def test_an_idle_node_is_re_registered_at_once(state: tuple[str, ...]) -> None:
     assert isinstance(delete, DeleteSlurmNode)
     assert isinstance(create, CreateSlurmNode)
     assert create.registration.cpus == 8
+
+
+@pytest.mark.parametrize(("before", "after"), [("gpu:2", "4"), ("gpu:4", "1"), ("gpu:2(S:0)", "0")])
+def test_an_idle_node_with_a_new_gpu_count_is_re_registered(before: str, after: str) -> None:
+    node = external(gpus={"nvidia.com/gpu": after}, tainted=True)
+    delete, create = run_plan([node], [ours(gres=before)])
+    assert isinstance(delete, DeleteSlurmNode)
+    assert delete.why == f"re-registering: GPUs {gpu_count(before)} → {after}"
+    assert isinstance(create, CreateSlurmNode)
+    assert create.registration.gpus == int(after)
 
 
 def test_re_registration_of_a_busy_node_drained_for_another_reason_of_ours_updates_the_reason() -> None:
