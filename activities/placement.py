@@ -22,6 +22,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.dra import DeviceClaims
 from activities.errors import classified
 from activities.kube import BOUND_ELSEWHERE, KubeActivities, now
 from activities.kube_client import Json, KubeClient, KubeConflict, KubeError, KubeNotFound, api_path
@@ -67,6 +68,7 @@ class PlacementActivities:
     def __init__(self, kube: KubeActivities, slurm: SlurmActivities) -> None:
         self.kube = kube
         self.slurm = slurm
+        self.claims = DeviceClaims(kube.kube, slurm.slurm)
 
     # -- prepare and submit ----------------------------------------------------
 
@@ -197,6 +199,26 @@ class PlacementActivities:
                 float((p.get("spec") or {}).get("terminationGracePeriodSeconds") or 30) for p in leaving
             )
             return BindResult(job=job, waiting_for=sorted(_key(p) for p in leaving), grace_seconds=grace)
+        # DRA pods: their claims name the devices Slurm chose; all are worked out before any binding.
+        pods = [(ref, pod) for ref in given.pods if (pod := await self.kube.read_pod(ref)) is not None]
+        present = {ref.uid for ref, _ in pods}
+        alive = [
+            (ref, s, n)
+            for ref, s, n in zip(given.pods, slurm_nodes, nodes, strict=True)
+            if ref.uid in present
+        ]
+        try:
+            pinned = await self.claims.pin_all(
+                pods, given.job_id, [s for _, s, _ in alive], [n for _, _, n in alive]
+            )
+        except SlurmRejected:
+            job = await self._read_job(given.job_id)
+            if not job.running:
+                return BindResult(job=job)  # it ended meanwhile: Slurm has no layout for it any more
+            raise
+        for claim in pinned:
+            name = await self.claims.write(claim)
+            log.info("pod %s: ResourceClaim %s pins Slurm's devices", claim.ref.key, name)
         for ref, node in zip(given.pods, nodes, strict=True):
             await self._bind(ref, node, given.scheduler_name or self.kube.settings.scheduler_name)
         message = f"Slurm job {job.job_id} allocated {', '.join(slurm_nodes)}; bound to {', '.join(nodes)}"
@@ -300,6 +322,9 @@ class PlacementActivities:
                     blocked.append(ref.key)
         else:
             await self.kube.record_event(given.pods, given.reason, given.message, given.warning)
+        # The claims pinned Slurm's devices to the pods; the job no longer holds them.
+        for name in await self.claims.delete_for(given.pods):
+            log.info("ResourceClaim %s deleted", name)
         await self.kube.remove_finalizer(given.pods)
         return blocked
 

@@ -5,12 +5,13 @@ given objects instead of the API server, then `bridge.translate.build_job`.
 """
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
 from bridge import grouping
+from bridge.dra import device_requests
 from bridge.grouping import Json, Kind
 from bridge.keys import ANNOTATION_PLACEMENT
 from bridge.models import GENERATION_SEPARATOR, PLACEMENT_ID_PREFIX
@@ -90,6 +91,31 @@ class Explanation:
     job_desc_msg: dict[str, object]
     # The worker submits only once this many pods of the group exist.
     min_pods: int = 1
+    # DRA extended-resource requests: what Slurm is asked for, and the claim request each becomes.
+    dra_devices: list[dict[str, object]] = field(default_factory=list)
+
+
+def dra_devices(pods: Iterable[Json]) -> list[dict[str, object]]:
+    """Per DRA request: the pod, container, resource, count, the claim's request name and the Slurm side.
+
+    GPU classes are counted in the job's `tres_per_node` (gres/gpu), `dra.cpu` in
+    `cpus_per_task`; at binding the claim names the devices Slurm allocated (docs/dra.md).
+    """
+    rows: list[dict[str, object]] = []
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        for request in device_requests(pod):
+            rows.append(
+                {
+                    "pod": f"{meta.get('namespace')}/{meta.get('name')}",
+                    "container": request.container,
+                    "resource": request.resource,
+                    "count": request.count,
+                    "claim_request": request.request,
+                    "slurm": "cpus_per_task" if request.is_cpu else "tres_per_node gres/gpu",
+                }
+            )
+    return rows
 
 
 async def explain(
@@ -120,7 +146,11 @@ async def explain(
         except TranslationError as error:
             raise ExplainError(f"{group.kind} {group.name}: {error}") from None
         job = job.model_copy(update={"comment": placement_id(installation, group, ordered[0])})
-        explanations.append(Explanation(group.name, group.kind, job.pod_keys, job.to_slurm(), group.min_pods))
+        explanations.append(
+            Explanation(
+                group.name, group.kind, job.pod_keys, job.to_slurm(), group.min_pods, dra_devices(ordered)
+            )
+        )
     return explanations
 
 
@@ -151,4 +181,6 @@ async def explain_live(
         defaults=defaults,
     )
     job = job.model_copy(update={"comment": placement_id(installation, group, ordered[0])})
-    return Explanation(group.name, group.kind, job.pod_keys, job.to_slurm(), group.min_pods)
+    return Explanation(
+        group.name, group.kind, job.pod_keys, job.to_slurm(), group.min_pods, dra_devices(ordered)
+    )

@@ -236,3 +236,39 @@ async def test_the_comment_is_the_placement_id_the_worker_would_write() -> None:
     claimed["metadata"]["annotations"] = {"slurm-bridge/placement": "placement/prod/default/claimed/u@u"}
     [job] = await jobs(claimed)
     assert job.job_desc_msg["comment"] == "placement/prod/default/claimed/u@u"
+
+
+async def test_dra_requests_show_the_gres_and_cpus_they_become() -> None:
+    gpu, cpu = (
+        "deviceclass.resource.kubernetes.io/gpu.nvidia.com",
+        "deviceclass.resource.kubernetes.io/dra.cpu",
+    )
+    requests = {gpu: "2", cpu: "4", "memory": "1Gi"}
+    container = {
+        "name": "main",
+        "image": "x",
+        "resources": {"requests": requests, "limits": {gpu: "2", cpu: "4"}},
+    }
+    [job] = await jobs(pod("trainer", containers=[container]))
+    assert job.job_desc_msg["tres_per_node"] == "gres/gpu=2"
+    assert job.job_desc_msg["cpus_per_task"] == 4
+    assert job.dra_devices == [
+        {
+            "pod": "default/trainer",
+            "container": "main",
+            "resource": cpu,
+            "count": 4,
+            "claim_request": "container-0-request-0",
+            "slurm": "cpus_per_task",
+        },
+        {
+            "pod": "default/trainer",
+            "container": "main",
+            "resource": gpu,
+            "count": 2,
+            "claim_request": "container-0-request-1",
+            "slurm": "tres_per_node gres/gpu",
+        },
+    ]
+    [plain] = await jobs(pod("plain"))
+    assert plain.dra_devices == []
