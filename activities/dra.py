@@ -13,7 +13,15 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.kube import STRATEGIC_MERGE, now
-from activities.kube_client import MERGE_PATCH, Json, KubeClient, KubeConflict, KubeNotFound, api_path
+from activities.kube_client import (
+    MERGE_PATCH,
+    Json,
+    KubeClient,
+    KubeConflict,
+    KubeError,
+    KubeNotFound,
+    api_path,
+)
 from activities.slurm_client import SlurmClient
 from bridge.dra import (
     EXTENDED_RESOURCE_CLAIM,
@@ -28,6 +36,7 @@ from bridge.models import PodRef
 log = activity.logger
 # The workflow's failure reason (pod condition, Event, workflow failure) when devices cannot be pinned.
 DEVICES_NOT_PINNED = "SlurmDevicesNotPinned"
+FORBIDDEN = 403
 
 
 def _claims_path(namespace: str, name: str | None = None, subresource: str | None = None) -> str:
@@ -130,6 +139,12 @@ class DeviceClaims:
             listed = await self.kube.request("GET", _claims_path(namespace))
         except KubeNotFound:
             return []  # resource.k8s.io/v1 not served: no claim can exist
+        except KubeError as error:
+            if error.status != FORBIDDEN:
+                raise
+            # Not granted (an older chart): the bridge cannot have written a claim either.
+            log.warning("listing ResourceClaims in %s is forbidden; no claim to delete", namespace)
+            return []
         return [
             c
             for c in listed.get("items", [])

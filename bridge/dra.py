@@ -32,6 +32,9 @@ RESOURCE_GROUP = "resource.k8s.io"
 EXTENDED_RESOURCE_CLAIM = "resource.kubernetes.io/extended-resource-claim"
 GPU_INDEX = "index"
 CPU_ID = "cpuID"
+# Bridge-internal field of node sync's node view (not a Kubernetes field): the node's DRA GPUs.
+DRA_GPUS = "draGpus"
+GPU_CLASSES = keys.SUPPORTED_DRA_CLASSES - {keys.DRA_CPU_CLASS}
 
 
 class DeviceLayoutError(ValueError):
@@ -243,6 +246,17 @@ def _cpus_in_order(devices: list[Device], node: str) -> list[Device]:
             f"a {keys.DRA_CPU_CLASS} device on node {node} has no integer attribute {CPU_ID}"
         )
     return [d for _, d in sorted(with_id, key=lambda pair: pair[0])]
+
+
+def dra_gpu_counts(slices: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """Per node, the devices drivers of the supported GPU classes publish for it."""
+    counts: dict[str, int] = {}
+    for item in slices:
+        spec = item.get("spec") or {}
+        node = spec.get("nodeName")
+        if spec.get("driver") in GPU_CLASSES and node:
+            counts[str(node)] = counts.get(str(node), 0) + len(spec.get("devices") or [])
+    return counts
 
 
 # -- the claim ----------------------------------------------------------------------

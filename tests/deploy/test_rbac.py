@@ -22,6 +22,10 @@ WORKER = grants(
     ("leaderworkerset.x-k8s.io", ["leaderworkersets"], ["get"]),
     ("scheduling.x-k8s.io", ["podgroups"], ["get"]),
     ("scheduling.k8s.io", ["podgroups", "workloads"], ["get"]),
+    # DRA claims pinned to Slurm's devices (activities/dra.py).
+    ("resource.k8s.io", ["resourceclaims"], ["list", "create", "delete"]),
+    ("resource.k8s.io", ["resourceclaims/status"], ["patch"]),
+    ("resource.k8s.io", ["deviceclasses", "resourceslices"], ["list"]),
 )
 WORKER_LEASES = grants(("coordination.k8s.io", ["leases"], ["get", "create", "update"]))
 WEBHOOK = grants(("", ["namespaces"], ["get", "list", "watch"]))

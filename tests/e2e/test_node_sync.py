@@ -213,6 +213,36 @@ async def test_a_changed_gpu_count_re_registers_the_node_once_no_job_runs_there(
     assert not drained(last)
 
 
+async def test_gpus_only_a_dra_driver_publishes_are_registered(make_nodes: MakeNodes) -> None:
+    # No device plugin (no nvidia.com/gpu allocatable): the GPUs are the DRA driver's ResourceSlice.
+    stack = await make_nodes()
+    partition = stack.make_partition()
+    node = stack.add_external_node("dra", partition.name)
+    devices = [{"name": f"gpu-{i}", "attributes": {"index": {"int": i}}} for i in range(3)]
+    stack.kube.create_object(
+        "resourceslices.resource.k8s.io",
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"{node}-gpus"},
+            "spec": {
+                "driver": "gpu.example.com",
+                "nodeName": node,
+                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                "devices": devices,
+            },
+        },
+    )
+
+    result = await stack.sync()
+
+    assert result.failed == []
+    registered = await stack.slurm_node(node)
+    assert registered is not None
+    assert registered["gres"] == "gpu:3"
+    assert (await stack.sync()).planned == []
+
+
 async def test_a_missing_partition_is_reported_and_the_node_registered_once_fixed(
     make_nodes: MakeNodes,
 ) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from bridge import keys
+from bridge.dra import DRA_GPUS, dra_gpu_counts
 from bridge.node_actions import (
     NAME_CONFLICT,
     NOT_EXTERNAL,
@@ -487,6 +488,39 @@ def test_an_idle_node_is_re_registered_at_once(state: tuple[str, ...]) -> None:
     assert isinstance(delete, DeleteSlurmNode)
     assert isinstance(create, CreateSlurmNode)
     assert create.registration.cpus == 8
+
+
+@pytest.mark.parametrize(
+    ("plugin", "dra", "gres"),
+    [(None, 4, "gpu:4"), ("2", 2, "gpu:2"), ("4", 2, "gpu:4"), (None, 0, "")],
+)
+def test_gpus_a_dra_driver_publishes_are_registered_once(plugin: str | None, dra: int, gres: str) -> None:
+    node = external(gpus={"nvidia.com/gpu": plugin} if plugin else None)
+    # As read_node_snapshot builds it, with the GPUs of the node's ResourceSlices.
+    view = kube_node_view(node, dra_gpus=dra)
+    assert view["status"].get(DRA_GPUS) == (dra or None)
+    snapshot = NodeSnapshot(kube_nodes=[view], slurm_nodes=[], partitions=["p1"])
+    actions = plan(snapshot, scheduler_name=SCHEDULER, default_partition="slurm-bridge")
+    create = next(a for a in actions if isinstance(a, CreateSlurmNode))
+    assert create.registration.gres == gres
+
+
+def test_dra_gpu_counts_come_from_gpu_drivers_slices_on_each_node() -> None:
+    def item(driver: str, node: str | None, devices: int) -> Json:
+        spec: Json = {"driver": driver, "devices": [{"name": f"d{i}"} for i in range(devices)]}
+        if node:
+            spec["nodeName"] = node
+        return {"spec": spec}
+
+    slices = [
+        item("gpu.nvidia.com", "a", 2),
+        item("gpu.nvidia.com", "a", 2),  # a pool in two slices
+        item("gpu.example.com", "b", 1),
+        item(keys.DRA_CPU_CLASS, "b", 64),  # CPUs are not GPUs
+        item("net.example.com", "b", 4),  # nor is another driver's device
+        item("gpu.nvidia.com", None, 8),  # not bound to one node
+    ]
+    assert dra_gpu_counts(slices) == {"a": 4, "b": 1}
 
 
 @pytest.mark.parametrize(("before", "after"), [("gpu:2", "4"), ("gpu:4", "1"), ("gpu:2(S:0)", "0")])
