@@ -12,7 +12,7 @@ import pytest
 from temporalio.client import WorkflowFailureError
 
 from activities.dra import DEVICES_NOT_PINNED
-from bridge import keys
+from bridge import grouping, keys
 from bridge.dra import EXTENDED_RESOURCE_CLAIM, expand_indexes
 from tests.e2e.conftest import StackFactory
 from tests.e2e.harness import Pod, Stack, bound, finished_cleanly, job_id_of
@@ -27,6 +27,8 @@ SHARED = {keys.SLURMJOB_PREFIX + "exclusive": "false"}
 def publish_devices(stack: Stack, node: str, gpu_indexes: dict[str, int], cpus: int) -> None:
     """DeviceClasses, and the node's ResourceSlices as the two DRA drivers would publish them."""
     for name in (GPU_CLASS, keys.DRA_CPU_CLASS):
+        if stack.kube.get_object("deviceclasses.resource.k8s.io", name) is not None:
+            continue
         selector = {"cel": {"expression": f"device.driver == '{name}'"}}
         stack.kube.create_object(
             "deviceclasses.resource.k8s.io",
@@ -63,11 +65,18 @@ def publish_devices(stack: Stack, node: str, gpu_indexes: dict[str, int], cpus: 
         )
 
 
-def dra_pod(stack: Stack, name: str, requests: dict[str, str], annotations: dict[str, str]) -> Pod:
+def dra_pod(
+    stack: Stack,
+    name: str,
+    requests: dict[str, str],
+    annotations: dict[str, str],
+    labels: dict[str, str] | None = None,
+) -> Pod:
+    meta = {"namespace": stack.namespace, "name": name, "annotations": annotations, "labels": labels or {}}
     body = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"namespace": stack.namespace, "name": name, "annotations": annotations},
+        "metadata": meta,
         "spec": {
             "schedulerName": keys.DEFAULT_SCHEDULER_NAME,
             "containers": [
@@ -180,3 +189,44 @@ async def test_devices_slurm_allocated_that_the_node_does_not_publish_fail_the_p
     assert job_id is not None
     states = (await stack.slurm.get_job(job_id)).model_dump(mode="json")["job_state"]
     assert "CANCELLED" in states
+
+
+async def test_each_pod_of_a_group_gets_its_own_nodes_devices_and_an_ended_job_takes_the_claims(
+    make_stack: StackFactory,
+) -> None:
+    stack = await make_stack(nodes=2, cpus=2, gres="gpu:2")
+    for node in stack.partition.node_names:
+        # Device names carry the node's name: a claim naming the other node's GPU is caught.
+        publish_devices(stack, node, {f"{node}-gpu0": 0, f"{node}-gpu1": 1}, cpus=2)
+    stack.kube.create_object(
+        "podgroups.scheduling.x-k8s.io",
+        {
+            "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+            "kind": "PodGroup",
+            "metadata": {"name": "pair", "namespace": stack.namespace},
+            "spec": {"minMember": 2},
+        },
+    )
+    names = ["pair-0", "pair-1"]
+    for name in names:
+        dra_pod(stack, name, {DRA_GPU: "2", "cpu": "1"}, {}, labels={grouping.LABEL_POD_GROUP: "pair"})
+    pods = [await stack.wait_pod(name, bound) for name in names]
+
+    by_pod = {c["metadata"]["ownerReferences"][0]["name"]: c for c in claims(stack)}
+    assert sorted(by_pod) == names
+    assert {bound(p) for p in pods} == set(stack.partition.node_names)
+    for pod in pods:
+        node, claim = bound(pod), by_pod[pod["metadata"]["name"]]
+        results = claim["status"]["allocation"]["devices"]["results"]
+        assert sorted(r["device"] for r in results) == [f"{node}-gpu0", f"{node}-gpu1"]
+        assert pod["status"]["extendedResourceClaimStatus"]["resourceClaimName"] == claim["metadata"]["name"]
+
+    # Slurm ends the job under the running pods: they are evicted and the claims deleted.
+    for name in names:
+        stack.kube.set_pod_phase(stack.namespace, name, "Running")
+    job_id = job_id_of(pods[0])
+    assert job_id is not None
+    await stack.slurm.cancel_job(job_id)
+    for name in names:
+        await stack.wait_pod(name, finished_cleanly, timeout=60)
+    await stack.kube.wait_for_async(lambda: claims(stack) == [], timeout=30)
