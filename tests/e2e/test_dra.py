@@ -216,9 +216,10 @@ async def test_each_pod_of_a_group_gets_its_own_nodes_devices_and_an_ended_job_t
     assert sorted(by_pod) == names
     assert {bound(p) for p in pods} == set(stack.partition.node_names)
     for pod in pods:
-        node, claim = bound(pod), by_pod[pod["metadata"]["name"]]
+        bound_to = bound(pod)
+        claim = by_pod[pod["metadata"]["name"]]
         results = claim["status"]["allocation"]["devices"]["results"]
-        assert sorted(r["device"] for r in results) == [f"{node}-gpu0", f"{node}-gpu1"]
+        assert sorted(r["device"] for r in results) == [f"{bound_to}-gpu0", f"{bound_to}-gpu1"]
         assert pod["status"]["extendedResourceClaimStatus"]["resourceClaimName"] == claim["metadata"]["name"]
 
     # Slurm ends the job under the running pods: they are evicted and the claims deleted.
