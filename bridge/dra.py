@@ -56,28 +56,49 @@ class DeviceRequest:
         return self.device_class == keys.DRA_CPU_CLASS
 
 
+def _mapping(value: Any) -> Mapping[str, Any]:
+    """`value` if it is a JSON object, else {}: wrong types are reported by bridge.resources."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def _containers(pod: Mapping[str, Any], *kinds: str) -> list[Mapping[str, Any]]:
+    spec = _mapping(pod.get("spec"))
+    found: list[Mapping[str, Any]] = []
+    for kind in kinds:
+        listed = spec.get(kind)
+        found += [c for c in listed if isinstance(c, Mapping)] if isinstance(listed, list) else []
+    return found
+
+
+def _resources(container: Mapping[str, Any], which: str) -> Mapping[str, Any]:
+    return _mapping(_mapping(container.get("resources")).get(which))
+
+
+def _whole(value: Any) -> int | None:
+    """A whole, non-negative device count; None for anything else."""
+    try:
+        quantity = parse_quantity(str(value))
+    except QuantityError:
+        return None
+    return int(quantity) if quantity.denominator == 1 and quantity >= 0 else None
+
+
 def device_requests(pod: Mapping[str, Any]) -> list[DeviceRequest]:
     """The pod's DRA extended-resource requests, in container order.
 
     Request names follow kube-scheduler's: `container-<i>-request-<j>`, i counting
     init containers first, j the resource's place among the container's requests
-    sorted by name.
+    sorted by name. What does not parse is skipped (dra_problems reports it).
     """
-    spec = pod.get("spec") or {}
-    containers = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
     found = []
-    for i, container in enumerate(containers):
-        requests = ((container or {}).get("resources") or {}).get("requests") or {}
-        limits = ((container or {}).get("resources") or {}).get("limits") or {}
-        merged = {**limits, **requests}  # an unset request defaults to the limit
+    for i, container in enumerate(_containers(pod, "initContainers", "containers")):
+        # An unset request defaults to the limit, as the API server does.
+        merged = {**_resources(container, "limits"), **_resources(container, "requests")}
         for j, name in enumerate(sorted(merged)):
             if not name.startswith(keys.DRA_RESOURCE_PREFIX):
                 continue
-            try:
-                quantity = parse_quantity(str(merged[name]))
-            except QuantityError:
-                continue  # reported by bridge.resources.placement_problems
-            if quantity <= 0 or quantity.denominator != 1:
+            count = _whole(merged[name])
+            if not count:
                 continue
             found.append(
                 DeviceRequest(
@@ -85,54 +106,51 @@ def device_requests(pod: Mapping[str, Any]) -> list[DeviceRequest]:
                     resource=name,
                     device_class=name.removeprefix(keys.DRA_RESOURCE_PREFIX),
                     request=f"container-{i}-request-{j}",
-                    count=int(quantity),
+                    count=count,
                 )
             )
     return found
 
 
+def _is_gpu(name: str) -> bool:
+    dra_gpu = (
+        name.startswith(keys.DRA_RESOURCE_PREFIX) and name != keys.DRA_RESOURCE_PREFIX + keys.DRA_CPU_CLASS
+    )
+    return name in keys.GPU_RESOURCES or dra_gpu
+
+
 def dra_problems(pod: Mapping[str, Any]) -> list[str]:
     """What the bridge cannot pin to Slurm's allocation: admission and translation refuse it."""
-    spec = pod.get("spec") or {}
     problems = []
-    for container in spec.get("initContainers") or []:
-        resources = (container or {}).get("resources") or {}
-        names = {*(resources.get("requests") or {}), *(resources.get("limits") or {})}
-        if any(n.startswith(keys.DRA_RESOURCE_PREFIX) for n in names):
+    for container in _containers(pod, "initContainers"):
+        names = {*_resources(container, "requests"), *_resources(container, "limits")}
+        if any(str(n).startswith(keys.DRA_RESOURCE_PREFIX) for n in names):
             problems.append(
                 f'init container "{container.get("name")}" requests DRA devices: request them in regular '
                 "containers only (the bridge pins each request to devices of its own)"
             )
     names = {
-        name
-        for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+        str(name)
+        for container in _containers(pod, "initContainers", "containers")
         for which in ("requests", "limits")
-        for name in (((container or {}).get("resources") or {}).get(which) or {})
+        for name in _resources(container, which)
     }
-    gpu_kinds = sorted(
-        n
-        for n in names
-        if n in keys.GPU_RESOURCES
-        or (
-            n.startswith(keys.DRA_RESOURCE_PREFIX)
-            and n.removeprefix(keys.DRA_RESOURCE_PREFIX) != keys.DRA_CPU_CLASS
-        )
-    )
+    gpu_kinds = sorted(n for n in names if _is_gpu(n))
     if len(gpu_kinds) > 1 and any(n.startswith(keys.DRA_RESOURCE_PREFIX) for n in gpu_kinds):
         problems.append(
             f"GPUs are requested as {', '.join(gpu_kinds)}: Slurm counts a node's GPUs as one gres/gpu, "
             "so a pod may use one GPU resource name only"
         )
-    for container in spec.get("containers") or []:
+    for container in _containers(pod, "containers"):
         for which in ("requests", "limits"):
-            for name, value in (((container or {}).get("resources") or {}).get(which) or {}).items():
-                if not name.startswith(keys.DRA_RESOURCE_PREFIX):
+            for name, value in _resources(container, which).items():
+                if not str(name).startswith(keys.DRA_RESOURCE_PREFIX):
                     continue
                 try:
-                    quantity = parse_quantity(str(value))
+                    parse_quantity(str(value))
                 except QuantityError:
                     continue  # reported by bridge.resources.placement_problems
-                if quantity.denominator != 1 or quantity < 0:
+                if _whole(value) is None:
                     problems.append(
                         f'container "{container.get("name")}" {which} {name}={value}: '
                         "devices are counted in whole numbers"

@@ -191,3 +191,19 @@ def test_what_cannot_be_pinned_is_refused_before_submission(the_pod: dict[str, A
 def test_device_plugin_gpus_alone_stay_allowed() -> None:
     assert dra_problems(pod(container("a", {"nvidia.com/gpu": "1", "amd.com/gpu": "1"}))) == []
     assert dra_problems(pod(container("a", {GPU: "2", CPU: "2"}))) == []
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"containers": [{"name": "a", "resources": "x"}]},
+        {"containers": [{"name": "a", "resources": {"requests": ["x"], "limits": 3}}]},
+        {"containers": "x", "initContainers": [None, 1]},
+        {"containers": [None, {"name": "a", "resources": {"requests": {GPU: {"x": 1}}}}]},
+    ],
+)
+def test_malformed_pods_never_crash(spec: Any) -> None:
+    the_pod = {"metadata": {"name": "p"}, "spec": spec}
+    assert device_requests(the_pod) == []
+    assert dra_problems(the_pod) == []  # the wrong types are bridge.resources' to report
+    placement_problems(the_pod)
