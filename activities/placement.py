@@ -219,8 +219,11 @@ class PlacementActivities:
         for claim in pinned:
             name = await self.claims.write(claim)
             log.info("pod %s: ResourceClaim %s pins Slurm's devices", claim.ref.key, name)
+        # A pod read above is bound from that read, unless its claim was just written (it changed).
+        as_read = {ref.uid: pod for ref, pod in pods if ref.uid not in {c.ref.uid for c in pinned}}
         for ref, node in zip(given.pods, nodes, strict=True):
-            await self._bind(ref, node, given.scheduler_name or self.kube.settings.scheduler_name)
+            scheduler = given.scheduler_name or self.kube.settings.scheduler_name
+            await self._bind(ref, node, scheduler, as_read.get(ref.uid))
         message = f"Slurm job {job.job_id} allocated {', '.join(slurm_nodes)}; bound to {', '.join(nodes)}"
         if leaving:
             message += f", although {', '.join(sorted(_key(p) for p in leaving))} had not stopped in time"
@@ -250,9 +253,9 @@ class PlacementActivities:
         # A job Slurm still runs shares the node by Slurm's own decision; an ended or forgotten one does not.
         return [pod for pod in others if not _running(states.get(job_id_label(pod) or 0))]
 
-    async def _bind(self, ref: PodRef, node: str, scheduler_name: str) -> None:
+    async def _bind(self, ref: PodRef, node: str, scheduler_name: str, read: Json | None = None) -> None:
         for _ in range(CAS_ATTEMPTS):
-            pod = await self.kube.read_pod(ref)
+            pod, read = read or await self.kube.read_pod(ref), None
             if pod is None or pod["metadata"].get("deletionTimestamp"):
                 return  # the workflow learns of it from the pod watcher
             spec, meta = pod.get("spec") or {}, pod["metadata"]
