@@ -22,6 +22,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.dra import DeviceClaims
 from activities.errors import classified
 from activities.kube import BOUND_ELSEWHERE, KubeActivities, now
 from activities.kube_client import Json, KubeConflict, KubeError, KubeNotFound, api_path
@@ -59,6 +60,7 @@ class PlacementActivities:
         self.slurm = slurm
         # The worker's watched cache of the bridge's nodes; listed on each use without one.
         self.nodes = nodes or ListedNodes(kube.kube)
+        self.claims = DeviceClaims(kube.kube, slurm.slurm)
 
     # -- prepare and submit ----------------------------------------------------
 
@@ -189,9 +191,34 @@ class PlacementActivities:
                 float((p.get("spec") or {}).get("terminationGracePeriodSeconds") or 30) for p in leaving
             )
             return BindResult(job=job, waiting_for=sorted(_key(p) for p in leaving), grace_seconds=grace)
+        # DRA pods: their claims name the devices Slurm chose; all are worked out before any binding.
+        pods = [(ref, pod) for ref in given.pods if (pod := await self.kube.read_pod(ref)) is not None]
+        present = {ref.uid for ref, _ in pods}
+        alive = [
+            (ref, s, n)
+            for ref, s, n in zip(given.pods, slurm_nodes, nodes, strict=True)
+            if ref.uid in present
+        ]
+        try:
+            pinned = await self.claims.pin_all(
+                pods, given.job_id, [s for _, s, _ in alive], [n for _, _, n in alive]
+            )
+        except SlurmRejected:
+            job = await self._read_job(given.job_id)
+            if not job.running:
+                return BindResult(job=job)  # it ended meanwhile: Slurm has no layout for it any more
+            raise
+        claims = []
+        for claim in pinned:
+            name = await self.claims.write(claim)
+            claims.append(f"{claim.ref.namespace}/{name}")
+            log.info("pod %s: ResourceClaim %s pins Slurm's devices", claim.ref.key, name)
+        # A pod read above is bound from that read, unless its claim was just written (it changed).
+        as_read = {ref.uid: pod for ref, pod in pods if ref.uid not in {c.ref.uid for c in pinned}}
         read: list[Json] = []
         for ref, node in zip(given.pods, nodes, strict=True):
-            pod = await self._bind(ref, node, given.scheduler_name or self.kube.settings.scheduler_name)
+            scheduler = given.scheduler_name or self.kube.settings.scheduler_name
+            pod = await self._bind(ref, node, scheduler, as_read.get(ref.uid))
             read += [pod] if pod is not None else []
         message = f"Slurm job {job.job_id} allocated {', '.join(slurm_nodes)}; bound to {', '.join(nodes)}"
         if leaving:
@@ -200,7 +227,7 @@ class PlacementActivities:
             await self.kube._event(ref, "Bound", message, bool(leaving))
         if read:
             await set_scheduled(self.kube.kube, read[0], True, message, stamp=now())
-        return BindResult(job=job, slurm_nodes=slurm_nodes, nodes=nodes)
+        return BindResult(job=job, slurm_nodes=slurm_nodes, nodes=nodes, claims=claims)
 
     async def _leaving(self, nodes: list[str], job_id: int) -> list[Json]:
         """Pods on these nodes of another bridge job that is over, not yet stopped: they hold the node."""
@@ -224,10 +251,12 @@ class PlacementActivities:
         # A job Slurm still runs shares the node by Slurm's own decision; an ended or forgotten one does not.
         return [pod for pod in others if not _running(states.get(job_id_label(pod) or 0))]
 
-    async def _bind(self, ref: PodRef, node: str, scheduler_name: str) -> Json | None:
-        """Bind the pod to the node; the pod as read (None when it went away)."""
+    async def _bind(
+        self, ref: PodRef, node: str, scheduler_name: str, read: Json | None = None
+    ) -> Json | None:
+        """Bind the pod to the node (from `read` if given); the pod as read (None when it went away)."""
         for _ in range(CAS_ATTEMPTS):
-            pod = await self.kube.read_pod(ref)
+            pod, read = read or await self.kube.read_pod(ref), None
             if pod is None or pod["metadata"].get("deletionTimestamp"):
                 return None  # the workflow learns of it from the pod watcher
             spec, meta = pod.get("spec") or {}, pod["metadata"]
@@ -297,6 +326,11 @@ class PlacementActivities:
                     blocked.append(ref.key)
         else:
             await self.kube.record_event(given.pods, given.reason, given.message, given.warning)
+        # The claims pinned Slurm's devices to the pods; the job no longer holds them. The
+        # placement names the claims it wrote; only one that cannot (it ran on older code) looks.
+        if given.claims is None or given.claims:
+            for name in await self.claims.delete_for(given.pods):
+                log.info("ResourceClaim %s deleted", name)
         await self.kube.remove_finalizer(given.pods)
         return blocked
 

@@ -20,7 +20,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -190,14 +190,23 @@ class SlurmTestBed:
     # Partitions, nodes, jobs
 
     def make_partition(
-        self, nodes: int = 1, cpus: int = 4, memory_mb: int = 8000, gres: str | None = None
+        self,
+        nodes: int = 1,
+        cpus: int = 4,
+        memory_mb: int = 8000,
+        gres: str | Sequence[str] | None = None,
     ) -> TestPartition:
-        """Fresh external nodes (NodeAddr 127.0.0.1) and a partition of exactly those nodes."""
+        """Fresh external nodes (NodeAddr 127.0.0.1) and a partition of exactly those nodes.
+
+        `gres` is every node's Gres ("gpu:2"), or one per node (["gpu:1", "gpu:2"], "" for none).
+        """
         name = f"sbt-{secrets.token_hex(4)}"
         node_names = [f"{name}-n{index}" for index in range(1, nodes + 1)]
         partition = TestPartition(self, name, node_names, cpus, memory_mb)
+        per_node = [gres or ""] * nodes if gres is None or isinstance(gres, str) else list(gres)
+        if len(per_node) != nodes:
+            raise ValueError(f"{len(per_node)} gres for {nodes} nodes")
         node_args = [
-            f"NodeName={partition.nodes_expression}",
             "State=EXTERNAL",
             "Sockets=1",
             f"CoresPerSocket={cpus}",
@@ -209,12 +218,16 @@ class SlurmTestBed:
             # A name that does not resolve stalls slurmctld ~10 s per allocation.
             "NodeAddr=127.0.0.1",
         ]
-        if gres:
-            node_args.append(f"Gres={gres}")
+        # Nodes of one Gres are made together: one scontrol call per distinct Gres.
+        by_gres: dict[str, list[str]] = {}
+        for node, node_gres in zip(node_names, per_node, strict=True):
+            by_gres.setdefault(node_gres, []).append(node)
         try:
-            self.scontrol("create", *node_args)
-            if gres:
-                self._check_gres(node_names[0], gres)
+            for node_gres, names in by_gres.items():
+                extra = [f"Gres={node_gres}"] if node_gres else []
+                self.scontrol("create", f"NodeName={compress(names)}", *node_args, *extra)
+                if node_gres:
+                    self._check_gres(names[0], node_gres)
             self.scontrol(
                 "create",
                 f"PartitionName={name}",

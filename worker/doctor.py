@@ -104,6 +104,11 @@ PERMISSIONS = (
     Permission("Workloads (scheduling.k8s.io)", "scheduling.k8s.io", ("workloads",), ("get",)),
     Permission("PodGroup conditions", "scheduling.k8s.io", ("podgroups/status",), ("patch",)),
     Permission(
+        "DRA claims (docs/dra.md)", "resource.k8s.io", ("resourceclaims",), ("list", "create", "delete")
+    ),
+    Permission("DRA claim allocation", "resource.k8s.io", ("resourceclaims/status",), ("patch",)),
+    Permission("DRA devices", "resource.k8s.io", ("deviceclasses", "resourceslices"), ("list",)),
+    Permission(
         "leases", "coordination.k8s.io", ("leases",), ("get", "create", "update"), in_lease_namespace=True
     ),
 )

@@ -8,12 +8,13 @@ tenant policy: the job_desc_msg printed is the one the worker submits.
 """
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
 from bridge import grouping
+from bridge.dra import device_requests
 from bridge.feasibility import excluded_slurm_nodes, group_feasibility, is_bridge_node
 from bridge.grouping import Json, Kind
 from bridge.keys import ANNOTATION_PLACEMENT
@@ -97,6 +98,31 @@ class Explanation:
     min_pods: int = 1
     # Why the worker would not submit the job (no bridge node passes the pods' node rules), if so.
     unschedulable: str | None = None
+    # DRA extended-resource requests: what Slurm is asked for, and the claim request each becomes.
+    dra_devices: list[dict[str, object]] = field(default_factory=list)
+
+
+def dra_devices(pods: Iterable[Json]) -> list[dict[str, object]]:
+    """Per DRA request: the pod, container, resource, count, the claim's request name and the Slurm side.
+
+    GPU classes are counted in the job's `tres_per_node` (gres/gpu), `dra.cpu` in
+    `cpus_per_task`; at binding the claim names the devices Slurm allocated (docs/dra.md).
+    """
+    rows: list[dict[str, object]] = []
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        for request in device_requests(pod):
+            rows.append(
+                {
+                    "pod": f"{meta.get('namespace')}/{meta.get('name')}",
+                    "container": request.container,
+                    "resource": request.resource,
+                    "count": request.count,
+                    "claim_request": request.request,
+                    "slurm": "cpus_per_task" if request.is_cpu else "tres_per_node gres/gpu",
+                }
+            )
+    return rows
 
 
 async def explain(
@@ -152,7 +178,13 @@ def _explanation(
     # No bridge node at all: nothing to filter with, Slurm alone decides (as the worker does).
     unschedulable = feasibility.summary if nodes else None
     return Explanation(
-        group.name, group.kind, job.pod_keys, job.to_slurm(), group.min_pods, unschedulable=unschedulable
+        group.name,
+        group.kind,
+        job.pod_keys,
+        job.to_slurm(),
+        group.min_pods,
+        unschedulable=unschedulable,
+        dra_devices=dra_devices(ordered),
     )
 
 

@@ -329,6 +329,7 @@ class PlacementWorkflow(GroupMembers):
         self.slurm_nodes = result.slurm_nodes
         self.state.nodes = result.slurm_nodes
         self.state.kube_nodes = result.nodes
+        self.state.claims = result.claims
         self.state.pending_reason = ""
         self._set_phase("Bound", f"Slurm job {result.job.job_id} on {', '.join(result.slurm_nodes)}")
         # The one upsert of a placement: what an operator searches for once pods run.
@@ -586,6 +587,8 @@ class PlacementWorkflow(GroupMembers):
             warning=warning,
             condition=condition,
             force_delete=force_delete,
+            # DRA arrived with the claims' bookkeeping: a placement bound before wrote none.
+            claims=self.state.claims,
         )
         # Never end while holding a job or a finalizer: this step is tried until it succeeds.
         blocked: list[str] = await self._step(

@@ -26,6 +26,10 @@ WORKER = grants(
     ("scheduling.k8s.io", ["workloads"], ["get"]),
     # The built-in PodGroup's PodGroupScheduled condition.
     ("scheduling.k8s.io", ["podgroups/status"], ["patch"]),
+    # DRA claims pinned to Slurm's devices (activities/dra.py).
+    ("resource.k8s.io", ["resourceclaims"], ["list", "create", "delete"]),
+    ("resource.k8s.io", ["resourceclaims/status"], ["patch"]),
+    ("resource.k8s.io", ["deviceclasses", "resourceslices"], ["list"]),
 )
 WORKER_LEASES = grants(("coordination.k8s.io", ["leases"], ["get", "create", "update"]))
 WEBHOOK = grants(("", ["namespaces"], ["get", "list", "watch"]))

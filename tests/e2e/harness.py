@@ -61,7 +61,13 @@ def make_pod(
     memory: str = "256Mi",
     annotations: dict[str, str] | None = None,
     scheduler: str = keys.DEFAULT_SCHEDULER_NAME,
+    devices: dict[str, str] | None = None,
 ) -> Pod:
+    """`devices`: extended resources ("nvidia.com/gpu": "2"), as request and limit alike."""
+    requests = {"cpu": cpu, "memory": memory, **(devices or {})}
+    resources: dict[str, Any] = {"requests": requests}
+    if devices:
+        resources["limits"] = dict(devices)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -72,7 +78,7 @@ def make_pod(
                 {
                     "name": "main",
                     "image": "busybox",
-                    "resources": {"requests": {"cpu": cpu, "memory": memory}},
+                    "resources": resources,
                 }
             ],
         },

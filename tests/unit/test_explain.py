@@ -265,3 +265,39 @@ async def test_a_group_no_node_can_take_is_said_to_be_unschedulable() -> None:
     assert job.unschedulable == (
         "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."
     )
+
+
+async def test_dra_requests_show_the_gres_and_cpus_they_become() -> None:
+    gpu, cpu = (
+        "deviceclass.resource.kubernetes.io/gpu.nvidia.com",
+        "deviceclass.resource.kubernetes.io/dra.cpu",
+    )
+    requests = {gpu: "2", cpu: "4", "memory": "1Gi"}
+    container = {
+        "name": "main",
+        "image": "x",
+        "resources": {"requests": requests, "limits": {gpu: "2", cpu: "4"}},
+    }
+    [job] = await jobs(pod("trainer", containers=[container]))
+    assert job.job_desc_msg["tres_per_node"] == "gres/gpu=2"
+    assert job.job_desc_msg["cpus_per_task"] == 4
+    assert job.dra_devices == [
+        {
+            "pod": "default/trainer",
+            "container": "main",
+            "resource": cpu,
+            "count": 4,
+            "claim_request": "container-0-request-0",
+            "slurm": "cpus_per_task",
+        },
+        {
+            "pod": "default/trainer",
+            "container": "main",
+            "resource": gpu,
+            "count": 2,
+            "claim_request": "container-0-request-1",
+            "slurm": "tres_per_node gres/gpu",
+        },
+    ]
+    [plain] = await jobs(pod("plain"))
+    assert plain.dra_devices == []
