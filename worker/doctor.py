@@ -86,6 +86,7 @@ class Permission:
 PERMISSIONS = (
     Permission("pods", "", ("pods",), ("get", "list", "watch", "patch", "delete")),
     Permission("binding pods to nodes", "", ("pods/binding",), ("create",)),
+    Permission("evicting pods whose Slurm job ended", "", ("pods/eviction",), ("create",)),
     Permission("pod conditions", "", ("pods/status",), ("patch",)),
     Permission("events", "", ("events",), ("create", "patch")),
     Permission("nodes", "", ("nodes",), ("get", "list", "watch", "patch")),

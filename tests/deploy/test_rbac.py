@@ -12,6 +12,7 @@ def grants(*verbs_by_resource: tuple[str, list[str], list[str]]) -> set[Grant]:
 WORKER = grants(
     ("", ["pods"], ["get", "list", "watch", "patch", "delete"]),
     ("", ["pods/binding"], ["create"]),
+    ("", ["pods/eviction"], ["create"]),
     ("", ["pods/status"], ["patch"]),
     ("", ["events"], ["create", "patch"]),
     ("", ["nodes"], ["get", "list", "watch", "patch"]),
