@@ -266,6 +266,7 @@ class PlacementState(BaseModel):
     kube_nodes: list[str] = Field(default_factory=list)  # the Kubernetes nodes the pods are bound to
     failure: str = ""
     end_reason: str = ""  # why the job ended under running pods (PreemptedBySlurm, SlurmTimeLimit, …)
+    slurm_unavailable: str = ""  # while a step waits for Slurm to answer again: why it does not
     history: list[PhaseChange] = Field(default_factory=list)
 
 

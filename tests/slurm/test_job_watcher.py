@@ -12,6 +12,7 @@ import contextlib
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import pytest
 from temporalio.client import Client, WorkflowHandle
@@ -102,7 +103,7 @@ async def placements(temporal_client: Client, task_queue: str) -> AsyncIterator[
         await handle.terminate("test over")
 
 
-def watcher_for(slurm: SlurmClient, temporal: Client, jobs: LiveJobs, **kwargs: float) -> JobWatcher:
+def watcher_for(slurm: SlurmClient, temporal: Client, jobs: LiveJobs, **kwargs: Any) -> JobWatcher:
     ready = asyncio.Event()
     ready.set()
     # Pending reasons are told at once here (grace 0) unless a test says otherwise.
