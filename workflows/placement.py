@@ -657,6 +657,9 @@ class PlacementWorkflow(GroupMembers):
                 # Never on the normal path: the patch marker is written only once Slurm was away.
                 if _is_slurm_away(cause) and workflow.patched(SLURM_GATE_PATCH):
                     await self._wait_for_slurm(summary, cause.message)
+                    # The next try is a new activity (its attempt 1): a submission whose answer was
+                    # lost may have reached Slurm, so it looks for this placement's job first.
+                    args = tuple(_as_recovery(arg) for arg in args)
                     continue
                 final = isinstance(cause, ApplicationError) and cause.non_retryable
                 if final and not must_finish:
@@ -732,3 +735,8 @@ class PlacementWorkflow(GroupMembers):
 def _is_slurm_away(cause: BaseException | None) -> TypeGuard[ApplicationError]:
     """An activity's failure that says Slurm is away (activities/errors.py, waits_for_slurm)."""
     return isinstance(cause, ApplicationError) and cause.type == SLURM_UNAVAILABLE
+
+
+def _as_recovery(arg: Any) -> Any:
+    """A submission's input, told that a job of this placement may exist already."""
+    return arg.model_copy(update={"recovery": True}) if isinstance(arg, PrepareInput) else arg

@@ -254,3 +254,36 @@ async def test_a_replaced_token_is_used_at_once_and_an_expired_one_is_told_until
     assert len(unavailable_events(stack, "third")) == 1
     await assert_one_job_per_placement(stack, ["first", "second", "third"])
     await finish(stack, ["first", "second", "third"])
+
+
+async def test_slurmctld_restarted_while_a_pod_waits_places_it_once(
+    outage_stack: Stack, restd: ExtraRestd, slurm_bed: SlurmTestBed
+) -> None:
+    """slurmctld stopped and started again (the shared one: other tests see a short outage too).
+
+    No pod runs before the restart: slurmctld kills the jobs of the bed's dynamic
+    partitions when it starts without them ("Killing JobId on defunct partition",
+    NODE_FAIL), which a slurm.conf partition never does; that path (job ended under
+    a bound pod) is covered by tests/e2e/test_endings.py.
+    """
+    stack = outage_stack
+    await asyncio.to_thread(slurm_bed.stop_slurmctld)
+    try:
+        stack.create_pod("during")
+        # slurmrestd answers, slurmctld does not: the submission fails after the client's timeout.
+        pod = await stack.wait_pod("during", waits_for_slurm, timeout=60)
+        assert "Slurm does not answer" in scheduled_condition(pod)["message"]
+        # The bed re-creates its dynamic partitions only once slurmctld is up again: until
+        # then the bridge's own slurmrestd stays away, so that the placement is not woken
+        # into a partition that does not exist yet.
+        restd.stop()
+    finally:
+        await asyncio.to_thread(slurm_bed.start)
+    restd.start()
+
+    await stack.wait_pod("during", bound, timeout=60)
+    events = await history_events(stack.temporal, workflow_of(stack, "during"))
+    assert woken_by_the_gate(events)
+    assert len(unavailable_events(stack, "during")) == 1
+    await assert_one_job_per_placement(stack, ["during"])
+    await finish(stack, ["during"])
