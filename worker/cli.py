@@ -275,6 +275,7 @@ def status(
         ("Slurm job", "job_id"),
         ("job state", "job_state"),
         ("pending reason", "pending_reason"),
+        ("waiting for Slurm", "slurm_unavailable"),
         ("Slurm nodes", "nodes"),
         ("Kubernetes nodes", "kube_nodes"),
         ("job ended", "end_reason"),

@@ -27,8 +27,11 @@ from typing import Any
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
 
 from activities.slurm_client import SlurmClient
+from bench.probes import history_cost
 from tests.e2e.conftest import StackFactory
 from tests.e2e.harness import Pod, Stack, bound, finished_cleanly, job_id_of
 from tests.slurm_bed import ExtraRestd, SlurmTestBed
@@ -37,6 +40,7 @@ from workflows.placement import PlacementWorkflow
 
 pytestmark = pytest.mark.slurm
 
+GOLDEN_HISTORY = Path(__file__).parent.parent / "histories" / "placement-v2-slurm-away.json"
 OUTAGE_SECONDS = float(os.environ.get("SLURM_OUTAGE_SECONDS", "12"))
 UNAVAILABLE = "SlurmUnavailable"
 
@@ -218,6 +222,19 @@ async def test_slurmrestd_stopped_pods_wait_with_a_reason_and_resume_on_the_gate
     assert waiting == []
 
     await finish(stack, ["before", *during])
+
+    # What waiting for Slurm cost the placement (docs/reliability.md), and its history
+    # replays; SLURM_BRIDGE_RECORD_HISTORY=1 refreshes the golden history of this path.
+    handle = stack.temporal.get_workflow_handle(workflow_of(stack, "during-1"))
+    assert (await handle.result(rpc_timeout=None))["phase"] == "Done"
+    history = await handle.fetch_history()
+    cost = history_cost(history.events)
+    record_property("waiting_placement_billable_actions", cost.billable_actions)
+    print(f"a placement that waited for Slurm: {cost.billable_actions} actions, {cost.events} events")
+    replayer = Replayer(workflows=[PlacementWorkflow], data_converter=pydantic_data_converter)
+    await replayer.replay_workflow(history)
+    if os.environ.get("SLURM_BRIDGE_RECORD_HISTORY"):
+        GOLDEN_HISTORY.write_text(history.to_json())
 
 
 async def test_a_replaced_token_is_used_at_once_and_an_expired_one_is_told_until_it_is_replaced(
