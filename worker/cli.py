@@ -292,7 +292,8 @@ def status(
 @app.command("list")
 def list_placements(
     phase: Annotated[
-        str | None, typer.Option(help="Translating, Submitted, Pending, Running, Bound, Done, Failed")
+        str | None,
+        typer.Option(help="Translating, Submitted, Pending, Running, Bound, Done, Failed, WaitingForSlurm"),
     ] = None,
     namespace: Annotated[str | None, typer.Option(help="only pods in this namespace")] = None,
     limit: Annotated[int, typer.Option(help="at most this many")] = 100,

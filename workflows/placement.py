@@ -64,11 +64,13 @@ LEAVING_POLL = timedelta(seconds=1)
 # The safety re-check backs off while nothing changes: a bound pod costs a few actions a day.
 MAX_RECHECK = timedelta(hours=6)
 # Slurm away (a step failed as SlurmUnavailable): the placement waits for the Slurm-health
-# gate's `slurm_available` signal; this timer, backing off, only covers a lost signal.
+# gate's `slurm_available` signal. The leader's waker signals again a few seconds after a
+# recovery and looks for waiting placements every 30 s, so this timer is a last resort for a
+# waker that is gone; each firing while Slurm is still away costs two actions, so it is long.
 SLURM_GATE_PATCH = "slurm-health-gate"
 WAITING_FOR_SLURM = "WaitingForSlurm"  # its PlacementPhase while it waits
-SLURM_WAIT_FIRST = timedelta(minutes=1)
-SLURM_WAIT_MAX = timedelta(minutes=10)
+SLURM_WAIT_FIRST = timedelta(minutes=5)
+SLURM_WAIT_MAX = timedelta(minutes=30)
 
 
 @workflow.defn(name=WORKFLOW_TYPE)
@@ -640,6 +642,7 @@ class PlacementWorkflow(GroupMembers):
         bound = timedelta(seconds=self.request.step_bound_seconds)
         pause = min(STUCK_PAUSE, bound)
         while True:
+            self._slurm_back = False  # a recovery signalled from now on wakes the next wait, if any
             try:
                 result = await workflow.execute_activity_method(
                     method,
@@ -696,7 +699,6 @@ class PlacementWorkflow(GroupMembers):
                     summary="tell the pods Slurm is unavailable",
                 )
         workflow.set_current_details(f"waiting for Slurm ({summary}): {reason}")
-        self._slurm_back = False
         try:
             await workflow.wait_condition(
                 lambda: self._slurm_back,
