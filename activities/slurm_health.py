@@ -121,6 +121,9 @@ class SlurmHealth:
         except SlurmError as error:
             log.debug("Slurm probe failed: %s", error)
             return False
+        except Exception:  # the prober must outlive any one bad probe
+            log.exception("the Slurm probe failed unexpectedly")
+            return False
         if not self.available:
             self._open_gate()
         return True
