@@ -23,13 +23,14 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.dra import DeviceClaims
-from activities.errors import classified
+from activities.errors import SLURM_UNAVAILABLE, classified, waits_for_slurm
 from activities.kube import BOUND_ELSEWHERE, KubeActivities, now
 from activities.kube_client import Json, KubeConflict, KubeError, KubeNotFound, api_path
 from activities.node_source import ListedNodes, NodeSource, kubernetes_node_names
 from activities.pod_group_status import set_scheduled
 from activities.slurm import ENDED_STATES, SlurmActivities, job_event
 from activities.slurm_client import SlurmNotFound, SlurmRejected
+from activities.slurm_health import SlurmHealth
 from bridge import keys
 from bridge.feasibility import excluded_slurm_nodes, group_feasibility
 from bridge.models import (
@@ -55,16 +56,26 @@ CAS_ATTEMPTS = 5  # a pod edited by others this often in a row: let the activity
 
 
 class PlacementActivities:
-    def __init__(self, kube: KubeActivities, slurm: SlurmActivities, nodes: NodeSource | None = None) -> None:
+    def __init__(
+        self,
+        kube: KubeActivities,
+        slurm: SlurmActivities,
+        nodes: NodeSource | None = None,
+        slurm_health: SlurmHealth | None = None,
+    ) -> None:
         self.kube = kube
         self.slurm = slurm
         # The worker's watched cache of the bridge's nodes; listed on each use without one.
         self.nodes = nodes or ListedNodes(kube.kube)
         self.claims = DeviceClaims(kube.kube, slurm.slurm)
+        # The worker's Slurm-health gate: with it, a step that finds Slurm away fails at once
+        # as SlurmUnavailable and its placement waits for the gate (activities/errors.py).
+        self.slurm_health = slurm_health
 
     # -- prepare and submit ----------------------------------------------------
 
     @activity.defn(name="prepare_and_submit")
+    @waits_for_slurm
     @classified
     async def prepare_and_submit(self, given: PrepareInput) -> Prepared:
         """Claim the pods, translate them, submit (or adopt) the job and label the pods with it."""
@@ -176,6 +187,7 @@ class PlacementActivities:
     # -- bind --------------------------------------------------------------------
 
     @activity.defn(name="bind")
+    @waits_for_slurm
     @classified
     async def bind(self, given: BindInput) -> BindResult:
         """Bind pod i to allocated node i, if the job is (still) running; the job as read decides."""
@@ -308,6 +320,7 @@ class PlacementActivities:
     # -- release -----------------------------------------------------------------
 
     @activity.defn(name="release")
+    @waits_for_slurm
     @classified
     async def release(self, given: ReleaseInput) -> list[str]:
         """Tell the pods why, give back the Slurm job or the pods, then drop the finalizer.
@@ -395,6 +408,7 @@ class PlacementActivities:
             await set_scheduled(self.kube.kube, pod, False, message, stamp=now())
 
     @activity.defn(name="update_pending_job")
+    @waits_for_slurm
     @classified
     async def update_pending_job(self, request: PlacementRequest, job_id: int) -> dict[str, str]:
         """The user changed the job's annotations while Slurm still waits: update the job.
@@ -426,10 +440,19 @@ class PlacementActivities:
         return annotations
 
     @activity.defn(name="check_job")
+    @waits_for_slurm
     @classified
     async def check_job(self, job_id: int) -> JobEvent:
         """The safety re-check: Slurm's word on the job, when no signal came for long."""
         return await self._read_job(job_id)
+
+    @activity.defn(name="report_slurm_unavailable")
+    @classified
+    async def report_slurm_unavailable(self, pods: list[PodRef], message: str, condition: bool) -> None:
+        """Why the pods wait while Slurm is away: a Warning Event, and PodScheduled=False if not bound."""
+        if condition:
+            await self.kube.set_unschedulable(pods, SLURM_UNAVAILABLE, message)
+        await self.kube.record_event(pods, SLURM_UNAVAILABLE, message, True)
 
     @activity.defn(name="tell_pods")
     @classified
@@ -457,6 +480,7 @@ class PlacementActivities:
             self.update_pending_job,
             self.check_job,
             self.tell_pods,
+            self.report_slurm_unavailable,
         ]
 
 

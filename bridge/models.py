@@ -267,6 +267,7 @@ class PlacementState(BaseModel):
     claims: list[str] = Field(default_factory=list)  # ResourceClaims pinning Slurm's devices, "ns/name"
     failure: str = ""
     end_reason: str = ""  # why the job ended under running pods (PreemptedBySlurm, SlurmTimeLimit, …)
+    slurm_unavailable: str = ""  # while a step waits for Slurm to answer again: why it does not
     history: list[PhaseChange] = Field(default_factory=list)
 
 

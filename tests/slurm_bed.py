@@ -17,6 +17,7 @@ import os
 import re
 import secrets
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -131,6 +132,72 @@ class TestPartition:
         self.bed.delete_nodes(self.node_names)
 
 
+@dataclass
+class ExtraRestd:
+    """A slurmrestd of one test's own, on a free port, in front of the shared slurmctld.
+
+    Stopping it is an outage for the bridge under test only: the bed's own
+    slurmrestd, which every other test uses, keeps running.
+    """
+
+    bed: SlurmTestBed = field(repr=False)
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def _pidfile(self) -> str:
+        return f"/run/slurm/slurmrestd-{self.port}.pid"  # inside the chroot
+
+    def start(self, timeout: float = 15.0) -> None:
+        """Start it (as hack/slurm-sid.sh does) and return once it answers HTTP."""
+        log = f"/var/log/slurm/slurmrestd-{self.port}.log"
+        _run(["chroot", str(self.bed.root), "touch", log], timeout=30)
+        _run(["chroot", str(self.bed.root), "chown", "slurmrestd", log], timeout=30)
+        # rest_auth/jwt wants SLURM_JWT=daemon in slurmrestd's environment; it runs as slurmrestd.
+        _run(
+            [
+                "chroot", str(self.bed.root), "env", "SLURM_JWT=daemon",
+                "start-stop-daemon", "--start", "--background", "--make-pidfile",
+                "--pidfile", self._pidfile, "--chuid", "slurmrestd:slurmrestd", "--output", log,
+                "--exec", "/usr/sbin/slurmrestd", "--", "-a", "rest_auth/jwt", f"127.0.0.1:{self.port}",
+            ],
+            timeout=30,
+        )  # fmt: skip
+
+        def answers() -> bool:
+            try:
+                httpx.get(f"{self.url}/", timeout=1)
+            except httpx.TransportError:
+                return False
+            return True
+
+        wait_until(answers, f"slurmrestd answering on port {self.port}", timeout=timeout, interval=0.1)
+
+    def stop(self) -> None:
+        """SIGINT, as slurm-sid.sh stops its slurmrestd; returns once the process is gone."""
+        pid = self.pid()
+        if pid is None:
+            return
+        os.kill(pid, signal.SIGINT)
+        wait_until(lambda: not Path(f"/proc/{pid}").exists(), f"slurmrestd {pid} stopped", timeout=15)
+        (self.bed.root / self._pidfile.lstrip("/")).unlink(missing_ok=True)
+
+    def pid(self) -> int | None:
+        """Its pid while it runs; only ever a process of the bed's chroot."""
+        try:
+            pid = int((self.bed.root / self._pidfile.lstrip("/")).read_text().strip())
+        except (OSError, ValueError):
+            return None
+        try:
+            root = os.path.realpath(f"/proc/{pid}/root")
+        except OSError:
+            return None
+        return pid if root == os.path.realpath(self.bed.root) else None
+
+
 class SlurmTestBed:
     """Handle on the running Slurm; `SlurmTestBed.up()` starts it if needed."""
 
@@ -186,6 +253,34 @@ class SlurmTestBed:
         headers = {"X-SLURM-USER-NAME": self.user_name, "X-SLURM-USER-TOKEN": self.token()}
         url = f"{self.rest_url}/slurm/v0.0.44{path}"
         return httpx.request(method, url, headers=headers, json=body, timeout=30)
+
+    @property
+    def root(self) -> Path:
+        """The chroot the daemons run in."""
+        return self.jwt_file.parent / "root"
+
+    def extra_slurmrestd(self) -> ExtraRestd:
+        """A slurmrestd of the caller's own on a free port (stop it with `.stop()`)."""
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = int(probe.getsockname()[1])
+        restd = ExtraRestd(self, port)
+        restd.start()
+        return restd
+
+    def mint_token(self, path: Path, lifespan: int) -> None:
+        """A token for the bridge's Slurm user, valid `lifespan` seconds, renamed into `path`."""
+        token = self.scontrol("token", f"username={self.user_name}", f"lifespan={lifespan}")
+        token = token.strip().removeprefix("SLURM_JWT=")
+        if not token:
+            raise SlurmBedError("scontrol token printed nothing")
+        staged = path.with_name(f".{path.name}.new")
+        staged.write_text(token)
+        staged.replace(path)
+
+    @staticmethod
+    def token_in(path: Path) -> str:
+        return path.read_text().strip().removeprefix("SLURM_JWT=")
 
     # Partitions, nodes, jobs
 

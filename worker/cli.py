@@ -301,6 +301,7 @@ def status(
         ("Slurm job", "job_id"),
         ("job state", "job_state"),
         ("pending reason", "pending_reason"),
+        ("waiting for Slurm", "slurm_unavailable"),
         ("Slurm nodes", "nodes"),
         ("Kubernetes nodes", "kube_nodes"),
         ("job ended", "end_reason"),
@@ -317,7 +318,8 @@ def status(
 @app.command("list")
 def list_placements(
     phase: Annotated[
-        str | None, typer.Option(help="Translating, Submitted, Pending, Running, Bound, Done, Failed")
+        str | None,
+        typer.Option(help="Translating, Submitted, Pending, Running, Bound, Done, Failed, WaitingForSlurm"),
     ] = None,
     namespace: Annotated[str | None, typer.Option(help="only pods in this namespace")] = None,
     limit: Annotated[int, typer.Option(help="at most this many")] = 100,

@@ -49,6 +49,7 @@ from tenacity import (
 
 from activities.slurm import is_live, job_event, placement_of
 from activities.slurm_client import SlurmClient, SlurmError, SlurmNotFound
+from activities.slurm_health import SlurmHealth
 from bridge.models import JobEvent, installation_of, workflow_id_of
 from bridge.slurm_api import JobInfo
 from worker.delivery import LatestPerKey
@@ -103,8 +104,10 @@ class JobWatcher:
         max_backoff: float = MAX_BACKOFF_SECONDS,
         pending_reason_grace: float = PENDING_REASON_GRACE_SECONDS,
         clock: Callable[[], float] = time.monotonic,
+        slurm_health: SlurmHealth | None = None,
     ) -> None:
         self.slurm = slurm
+        self.slurm_health = slurm_health
         self.temporal = temporal
         self.jobs = jobs
         self.installation = installation
@@ -136,6 +139,7 @@ class JobWatcher:
             wait=wait_exponential_jitter(multiplier=interval, max=self.max_backoff, jitter=interval),
             stop=stop_never,
             before_sleep=self._failed,
+            sleep=self._back_off,
             reraise=True,
         )
 
@@ -316,6 +320,14 @@ class JobWatcher:
         self._told[key] = event
         if not is_live(event):
             self.jobs.finished(event.job_id)  # told it is over: stop asking about it
+
+    async def _back_off(self, seconds: float) -> None:
+        """Sleep after a failed pass; while Slurm is away, only until the health gate opens again."""
+        health = self.slurm_health
+        if health is not None and not health.available:
+            await health.wait_available(seconds)
+        else:
+            await asyncio.sleep(seconds)
 
     async def _failed(self, retry_state: RetryCallState) -> None:
         self.errors += 1

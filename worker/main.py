@@ -18,7 +18,7 @@ from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
 from temporalio.client import Client, ClientConfig, WorkflowHistory
 from temporalio.client import Plugin as ClientPlugin
-from temporalio.common import SearchAttributeKey
+from temporalio.common import MetricMeter, SearchAttributeKey
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.service import (
@@ -47,6 +47,7 @@ from activities.nodes import NodeActivities
 from activities.placement import PlacementActivities
 from activities.slurm import SlurmActivities
 from activities.slurm_client import SlurmClient
+from activities.slurm_health import SlurmHealth
 from activities.sweep import SweepActivities
 from bridge import search_attributes as sa
 from bridge.models import PodRef
@@ -55,13 +56,14 @@ from bridge.translate import Defaults
 from worker.job_registry import LiveJobs
 from worker.job_watcher import JobWatcher
 from worker.leader import LeaderElector, LeaderTimings, default_identity
-from worker.metrics import slurm_observer
+from worker.metrics import slurm_health_observer, slurm_observer
 from worker.node_cache import NodeCache
 from worker.node_rules import ExclusionRefresher
 from worker.node_watcher import NodeWatcher
 from worker.pod_watcher import PodWatcher
 from worker.schedules import NODE_SYNC_SCHEDULE_ID, ensure_node_sync_schedule, ensure_sweep_schedule
 from worker.settings import TemporalSettings, WorkerSettings
+from worker.slurm_waker import SlurmWaker
 from workflows.node_sync import NodeSyncWorkflow
 from workflows.placement import PlacementWorkflow
 from workflows.placement_v1 import PlacementWorkflowV1
@@ -315,6 +317,8 @@ class Bridge:
     # Tests set it: workflows marked unsandboxed (the Placement) run in the sandbox too, so
     # a non-deterministic call fails there instead of passing unnoticed.
     sandbox_every_workflow: bool = False
+    meter: MetricMeter | None = None  # the bridge's own metrics, when they are served
+    slurm_health: SlurmHealth = field(init=False)
     live_jobs: LiveJobs = field(init=False)
     pod_watcher: PodWatcher = field(init=False)
     job_watcher: JobWatcher = field(init=False)
@@ -324,6 +328,13 @@ class Bridge:
 
     def __post_init__(self) -> None:
         s = self.settings
+        # The Slurm-health gate of this replica: its requests wait while Slurm is away.
+        self.slurm_health = SlurmHealth(
+            self.slurm.probe,
+            probe_interval=s.slurm_probe_interval,
+            observer=slurm_health_observer(self.meter) if self.meter is not None else None,
+        )
+        self.slurm.gate = self.slurm_health
         kube_activities = KubeActivities(
             self.kube,
             KubeSettings(
@@ -336,7 +347,9 @@ class Bridge:
         slurm_activities = SlurmActivities(self.slurm)
         # Every replica keeps the bridge's nodes watched: its placements read them from memory.
         self.node_cache = NodeCache(self.kube)
-        placement_activities = PlacementActivities(kube_activities, slurm_activities, self.node_cache)
+        placement_activities = PlacementActivities(
+            kube_activities, slurm_activities, self.node_cache, self.slurm_health
+        )
         node_activities = NodeActivities(self.kube, self.slurm, scheduler_name=s.scheduler_name)
         sweep_activities = SweepActivities(
             kube_activities, self.slurm, self.temporal, installation=s.installation_id
@@ -398,7 +411,9 @@ class Bridge:
             installation=s.installation_id,
             ready=self.pod_watcher.synced,
             interval=s.job_watch_interval,
+            slurm_health=self.slurm_health,
         )
+        self.slurm_waker = SlurmWaker(self.temporal, self.slurm_health, task_queue=s.temporal_task_queue)
         refresher = ExclusionRefresher(
             self.kube,
             self.slurm,
@@ -422,24 +437,32 @@ class Bridge:
         LEADER_ELECTION the pod, job and node watchers run in the one replica that
         holds the Lease; another takes over (re-listing everything) when it goes.
         """
-        s = self.settings
-        nodes = asyncio.create_task(self.node_cache.run(), name="bridge node cache")
+        # Every replica: the Slurm-health prober, and the watched bridge nodes its placements read.
+        background = [
+            asyncio.create_task(self.slurm_health.run(), name="Slurm health prober"),
+            asyncio.create_task(self.node_cache.run(), name="bridge node cache"),
+        ]
         try:
             async with self.worker:
-                if not s.leader_election:
-                    await self._watch()
-                    return
-                self.elector = LeaderElector(
-                    self.kube,
-                    s.lease_namespace,
-                    s.lease_name,
-                    default_identity(),
-                    LeaderTimings(s.lease_duration, s.renew_deadline, s.retry_period),
-                )
-                await self.elector.run(self._lead)
+                await self._serve()
         finally:
-            nodes.cancel()
-            await asyncio.gather(nodes, return_exceptions=True)
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
+
+    async def _serve(self) -> None:
+        s = self.settings
+        if not s.leader_election:
+            await self._watch()
+            return
+        self.elector = LeaderElector(
+            self.kube,
+            s.lease_namespace,
+            s.lease_name,
+            default_identity(),
+            LeaderTimings(s.lease_duration, s.renew_deadline, s.retry_period),
+        )
+        await self.elector.run(self._lead)
 
     async def _lead(self) -> None:
         try:
@@ -452,6 +475,7 @@ class Bridge:
             asyncio.create_task(self.pod_watcher.run(), name="pod watcher"),
             asyncio.create_task(self.job_watcher.run(), name="job watcher"),
             asyncio.create_task(self.node_watcher.run(), name="node watcher"),
+            asyncio.create_task(self.slurm_waker.run(), name="Slurm waker"),
         ]
         try:
             await asyncio.gather(*tasks)
@@ -470,16 +494,17 @@ async def run_worker(settings: WorkerSettings) -> None:
         await ensure_search_attributes(temporal)
         kube = KubeClient(await load_configuration(settings.kubeconfig))
         stack.push_async_callback(kube.close)
+        # The runtime serving the SDK's metrics serves the bridge's too.
+        meter = (
+            (temporal.service_client.config.runtime or Runtime.default()).metric_meter
+            if settings.metrics_port
+            else None
+        )
         slurm = SlurmClient(
             settings.slurm_rest_url,
             user_name=settings.slurm_user_name,
             token_file=settings.slurm_jwt_file,
-            # The runtime serving the SDK's metrics serves the bridge's too.
-            observer=slurm_observer(
-                (temporal.service_client.config.runtime or Runtime.default()).metric_meter
-            )
-            if settings.metrics_port
-            else None,
+            observer=slurm_observer(meter) if meter is not None else None,
         )
         stack.push_async_callback(slurm.close)
         log.info(
@@ -492,4 +517,4 @@ async def run_worker(settings: WorkerSettings) -> None:
         )
         await ensure_node_sync_schedule(temporal, settings)
         await ensure_sweep_schedule(temporal, settings)
-        await Bridge(temporal, kube, slurm, settings).run()
+        await Bridge(temporal, kube, slurm, settings, meter=meter).run()

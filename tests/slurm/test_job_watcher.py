@@ -13,6 +13,7 @@ import itertools
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import pytest
 from temporalio.client import Client, WorkflowHandle
@@ -108,7 +109,7 @@ def watcher_for(
     temporal: Client,
     jobs: LiveJobs,
     clock: Callable[[], float] = time.monotonic,
-    **kwargs: float,
+    **kwargs: Any,
 ) -> JobWatcher:
     ready = asyncio.Event()
     ready.set()
