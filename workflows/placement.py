@@ -680,6 +680,9 @@ class PlacementWorkflow(GroupMembers):
                 await self._report_stuck(summary, error)
                 await workflow.sleep(pause, summary=f"retry: {summary}")
                 pause = min(pause * 2, timedelta(minutes=10))
+                # The next try is a new activity too: a submission of the stuck one may have
+                # reached Slurm, so it looks for this placement's job first (exactly once).
+                args = tuple(_as_recovery(arg) for arg in args)
 
     async def _wait_for_slurm(self, summary: str, reason: str) -> None:
         """Slurm is away (the worker's gate confirmed it): say so once, then wait for the gate.

@@ -41,7 +41,9 @@ class StandIns:
         reject_prepare: bool = False,
         bind_failures_until_told: bool = False,
         slurm_away_for_prepare: int = 0,
+        prepare_failures_until_told: bool = False,
     ) -> None:
+        self.prepare_failures_until_told = prepare_failures_until_told
         self.reject_prepare = reject_prepare
         self.slurm_away_for_prepare = slurm_away_for_prepare
         self.prepared: list[PrepareInput] = []
@@ -60,6 +62,10 @@ class StandIns:
                 type=SLURM_UNAVAILABLE,
                 non_retryable=True,
             )
+        if self.prepare_failures_until_told and not any(
+            reason == "PlacementStuck" for reason, _ in self.told
+        ):
+            raise RuntimeError("slurmrestd answered 502")  # retryable: maybe the job was submitted
         if self.reject_prepare:
             raise ApplicationError(
                 "Kubernetes API 403 Forbidden: pods is forbidden", type=KUBE_REJECTED, non_retryable=True
@@ -172,7 +178,11 @@ async def test_slurm_away_waits_for_the_gates_signal_then_submits_as_a_recovery(
     stand_ins = StandIns(slurm_away_for_prepare=2)
     task_queue = f"failures-{uuid.uuid4().hex[:8]}"
     async with Worker(
-        temporal_client, task_queue=task_queue, workflows=[PlacementWorkflow], activities=stand_ins.all()
+        temporal_client,
+        task_queue=task_queue,
+        workflows=[PlacementWorkflow],
+        unsandboxed_workflow_runner=SandboxedWorkflowRunner(),  # the guard production skips
+        activities=stand_ins.all(),
     ):
         handle = await temporal_client.start_workflow(
             PlacementWorkflow.run, request(), id=f"placement/test/away/{uuid.uuid4()}", task_queue=task_queue
@@ -201,3 +211,37 @@ async def test_slurm_away_waits_for_the_gates_signal_then_submits_as_a_recovery(
     assert "ReadTimeout" in message
     assert condition  # not bound: PodScheduled=False says why
     assert not any(reason == "PlacementStuck" for reason, _ in stand_ins.told)
+
+
+async def test_a_submission_tried_again_after_being_stuck_looks_for_its_job_first(
+    temporal_client: Client,
+) -> None:
+    """The retry is a new activity (attempt 1): the stuck one may have submitted before failing."""
+    stand_ins = StandIns(prepare_failures_until_told=True)
+    task_queue = f"failures-{uuid.uuid4().hex[:8]}"
+    stuck = request().model_copy(update={"step_bound_seconds": 2.0})
+    async with Worker(
+        temporal_client,
+        task_queue=task_queue,
+        workflows=[PlacementWorkflow],
+        unsandboxed_workflow_runner=SandboxedWorkflowRunner(),  # the guard production skips
+        activities=stand_ins.all(),
+    ):
+        handle = await temporal_client.start_workflow(
+            PlacementWorkflow.run,
+            stuck,
+            id=f"placement/test/stuck-submit/{uuid.uuid4()}",
+            task_queue=task_queue,
+        )
+        async for attempt in AsyncRetrying(wait=wait_fixed(0.2), stop=stop_after_delay(30), reraise=True):
+            with attempt:
+                assert (await handle.query(PlacementWorkflow.current_state)).phase == "Bound"
+        await handle.signal(
+            PlacementWorkflow.pod_changed, PodEvent(pod=POD, phase="Succeeded", node_name="node-a")
+        )
+        assert (await handle.result()).phase == "Done"
+    assert any(reason == "PlacementStuck" for reason, _ in stand_ins.told)
+    # Attempts of the first activity carry recovery=False (the activity sees its attempt number);
+    # the activity scheduled after the report must look for the job a lost answer may have created.
+    assert stand_ins.prepared[0].recovery is False
+    assert stand_ins.prepared[-1].recovery is True
