@@ -42,6 +42,7 @@ from activities.sweep import SweepActivities
 from bridge import search_attributes as sa
 from bridge.policy import PolicyFile
 from bridge.translate import Defaults
+from worker.heartbeat import HeartbeatInterceptor
 from worker.job_registry import LiveJobs
 from worker.job_watcher import JobWatcher
 from worker.leader import LeaderElector, LeaderTimings, default_identity
@@ -346,6 +347,8 @@ class Bridge:
             max_concurrent_activities=s.temporal_max_concurrent_activities,
             max_concurrent_workflow_tasks=s.temporal_max_concurrent_workflow_tasks,
             max_cached_workflows=s.temporal_max_cached_workflows,
+            sticky_queue_schedule_to_start_timeout=timedelta(seconds=s.temporal_sticky_timeout),
+            interceptors=[HeartbeatInterceptor()],
         )
         self.elector: LeaderElector | None = None
         self._new_watchers()
@@ -363,6 +366,7 @@ class Bridge:
             jobs=self.live_jobs,
             deletion_slack_seconds=s.deletion_slack,
             eviction_patience_seconds=s.eviction_patience,
+            step_heartbeat_seconds=s.step_heartbeat_timeout,
         )
         self.job_watcher = JobWatcher(
             self.slurm,
