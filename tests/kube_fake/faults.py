@@ -162,6 +162,14 @@ class Faults:
                     return hold
         return None
 
+    def disarm(self, hold: Hold) -> None:
+        """A hold no longer wanted: unarmed if nothing arrived, else its request goes on."""
+        with self._cond:
+            if hold in self._holds:
+                self._holds.remove(hold)
+        if hold.arrived:
+            hold.release()
+
     def park(self, hold: Hold) -> bool:
         return hold.park(self._cancel)
 

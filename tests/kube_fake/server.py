@@ -212,6 +212,10 @@ class FakeKubeServer:
         a test can act exactly between two writes of a client, e.g. kill it."""
         return self.faults.hold_next(method, path_regex, body=body, applied=applied)
 
+    def disarm(self, hold: Hold) -> None:
+        """Take back a hold: no later request is parked by it; a parked one goes on."""
+        self.faults.disarm(hold)
+
     def block_evictions(self, count: int | None = None) -> None:
         """Make the next ``count`` evictions (None: all, until unblocked) fail
         with 429 as if a PodDisruptionBudget forbade them."""

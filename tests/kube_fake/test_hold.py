@@ -106,3 +106,14 @@ def test_a_held_answer_that_is_dropped_leaves_the_change_made(kube_fake: FakeKub
     thread.join(10)
     assert isinstance(outcome[0], http.client.RemoteDisconnected | ConnectionError)
     assert labels(kube_fake) == {"step": "labelled"}
+
+
+@pytest.mark.usefixtures("pod")
+def test_a_disarmed_hold_parks_nothing(kube_fake: FakeKubeServer) -> None:
+    hold = kube_fake.hold_next("PATCH", "/pods/p$", applied=False)
+    kube_fake.disarm(hold)
+    thread, outcome = patch_in_background(kube_fake, LABEL)
+    thread.join(10)
+    assert outcome[0][0] == 200
+    assert not hold.arrived
+    assert labels(kube_fake) == {"step": "labelled"}
