@@ -161,7 +161,7 @@ class PlacementRequest(Frozen):
     # (PlacementStuck) and it is tried again at workflow level.
     step_bound_seconds: float = 300.0
     # A step's attempt that has not heartbeaten this long is tried again elsewhere: its worker died
-    # (the worker heartbeats only for attempts that run this long, worker/heartbeat.py).
+    # (a worker heartbeats only for attempts that run a third of this long, worker/heartbeat.py).
     step_heartbeat_seconds: float = 15.0
     # Continue-as-new beyond this many history events (Temporal's limit is 51,200; tests go lower).
     history_events_limit: int = 2_000

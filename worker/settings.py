@@ -163,7 +163,8 @@ class WorkerSettings(TemporalSettings):
         300.0, ge=0, le=86400, validation_alias=env("EVICTION_PATIENCE", "eviction_patience")
     )
     # A placement step whose worker stops heartbeating this long (it was killed) is tried again
-    # on another worker; attempts heartbeat only when they run this long (worker/heartbeat.py).
+    # on another worker; attempts heartbeat only once they ran a third of it (worker/heartbeat.py).
+    # Placements started by the operator's CLI (`retry`) or the sweep use the default.
     step_heartbeat_timeout: float = Field(
         15.0, ge=1, le=60, validation_alias=env("STEP_HEARTBEAT_TIMEOUT", "step_heartbeat_timeout")
     )

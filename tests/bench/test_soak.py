@@ -9,7 +9,7 @@ ENDED = BedJob(1, ("CANCELLED",), "placement/x/ns/p/u@u")
 
 def outcome(kind: Kind, point: KillPoint, **facts: object) -> Outcome:
     nodes = {"a": "n1", "b": "n2"} if kind is Kind.GROUP else {"a": "n1"}
-    base = Outcome("p", kind, point, killed=True, nodes=nodes, jobs=[ENDED])
+    base = Outcome("p", kind, point, pods=list(nodes), killed=True, nodes=nodes, jobs=[ENDED])
     for key, value in facts.items():
         setattr(base, key, value)
     return base
@@ -39,3 +39,13 @@ def test_two_jobs_are_a_duplicate_and_an_unbound_pod_or_a_live_job_is_lost() -> 
     )
     assert (summary["duplicated"], summary["lost"]) == (1, 3)
     assert len(summary["problems"]) == 4
+
+
+def test_a_placement_given_up_with_the_reason_on_its_pods_is_failed_not_lost() -> None:
+    refused = outcome(
+        Kind.POD, KillPoint.AFTER_LABEL, nodes={}, jobs=[], told={"a": "SlurmRejected"}, error="never bound"
+    )
+    silent = outcome(Kind.POD, KillPoint.AFTER_LABEL, nodes={}, jobs=[], error="never bound")
+    summary = summarize([refused, silent], 10.0, 7)
+    assert (summary["failed_told"], summary["lost"]) == (1, 1)
+    assert summary["failed_reasons"] == {"SlurmRejected": 1}

@@ -133,11 +133,13 @@ class Outcome:
     kind: Kind
     point: KillPoint
     workflow_id: str = ""
+    pods: list[str] = field(default_factory=list)
     killed: bool = False
     jobs_before_kill: int | None = None  # before-submit: the kill came before any job
     nodes: dict[str, str] = field(default_factory=dict)  # pod → node it was bound to
     jobs: list[BedJob] = field(default_factory=list)  # every job Slurm had for the placement
     finalizers_left: list[str] = field(default_factory=list)
+    told: dict[str, str] = field(default_factory=dict)  # unbound pod → the PodScheduled=False reason on it
     error: str = ""
     seconds: float = 0.0
 
@@ -146,8 +148,23 @@ class Outcome:
         return len(self.jobs) > 1
 
     @property
+    def failed_told(self) -> bool:
+        """Not placed, but given up cleanly with the reason on every pod (say Slurm refused the
+        job because another test's slurmctld restart made it forget the partition): not lost."""
+        unbound = [p for p in self.pods if p not in self.nodes]
+        return bool(
+            unbound
+            and all(self.told.get(p) for p in unbound)
+            and not self.finalizers_left
+            and len(self.jobs) <= 1
+            and all(job.ended for job in self.jobs)
+        )
+
+    @property
     def lost(self) -> bool:
-        """Not bound, no job, a finalizer left, a job still live, or an unexpected error."""
+        """Not bound (and not told why), no job, a finalizer left, a job still live, or an error."""
+        if self.failed_told:
+            return False
         return bool(
             self.error
             or not self.jobs
@@ -274,7 +291,22 @@ async def place_with_kill(bed: KillBed, kind: Kind, point: KillPoint, name: str)
     outcome.seconds = time.monotonic() - started
     with contextlib.suppress(Exception):
         outcome.jobs = await asyncio.to_thread(bed.jobs_of, outcome.workflow_id)
+    kube, ns = bed.kube, bed.namespace
+    outcome.finalizers_left = [n for n in outcome.pods if has_finalizer(pod(kube, ns, n))]
+    outcome.told = {n: reason for n in outcome.pods if (reason := not_scheduled_reason(pod(kube, ns, n)))}
     return outcome
+
+
+def not_scheduled_reason(p: Pod) -> str:
+    conditions = (p.get("status") or {}).get("conditions") or []
+    return next(
+        (
+            str(c.get("reason") or "")
+            for c in conditions
+            if c.get("type") == keys.CONDITION_POD_SCHEDULED and c.get("status") == "False"
+        ),
+        "",
+    )
 
 
 async def _place_with_kill(bed: KillBed, outcome: Outcome, holds: list[Hold]) -> None:
@@ -283,6 +315,7 @@ async def _place_with_kill(bed: KillBed, outcome: Outcome, holds: list[Hold]) ->
     hold = None if outcome.point is KillPoint.DURING_CLEANUP else arm(kube, ns, outcome.point)
     holds += [hold] if hold is not None else []
     outcome.workflow_id, names = create_placement(bed, outcome.kind, outcome.name)
+    outcome.pods = names
     wid = outcome.workflow_id
 
     async def kill_when(side_effect: Awaitable[None], parked: Hold) -> None:
@@ -340,15 +373,12 @@ async def _place_with_kill(bed: KillBed, outcome: Outcome, holds: list[Hold]) ->
         )
         await kill_when(ended, cleanup_hold)
         await bed.ensure_worker()
-    try:
-        await until_kube(
-            kube,
-            lambda: not any(has_finalizer(pod(kube, ns, n)) for n in names),
-            "finalizers removed",
-            RECOVERY_TIMEOUT,
-        )
-    finally:
-        outcome.finalizers_left = [n for n in names if has_finalizer(pod(kube, ns, n))]
+    await until_kube(
+        kube,
+        lambda: not any(has_finalizer(pod(kube, ns, n)) for n in names),
+        "finalizers removed",
+        RECOVERY_TIMEOUT,
+    )
 
 
 def labelled(p: Pod) -> bool:
