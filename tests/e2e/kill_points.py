@@ -285,6 +285,10 @@ async def place_with_kill(bed: KillBed, kind: Kind, point: KillPoint, name: str)
         await _place_with_kill(bed, outcome, holds)
     except (TimeoutError, AssertionError) as error:
         outcome.error = str(error) or type(error).__name__
+        worker = bed.worker
+        if worker is not None and worker.process.returncode not in (None, -signal.SIGKILL):
+            # Not our kill: a worker that could not start (a bad setting, a taken port) or crashed.
+            outcome.error += f" (the worker exited with {worker.process.returncode}: {worker.log.name})"
     finally:
         for hold in holds:  # one that never caught its request must not catch the next placement's
             bed.kube.disarm(hold)
@@ -407,4 +411,5 @@ def worker_env(
         "STEP_HEARTBEAT_TIMEOUT": "2",
         "TEMPORAL_STICKY_TIMEOUT": "1",
         "LOG_FORMAT": "json",
+        "METRICS_PORT": "0",  # no port to collide with another worker on the machine
     }
