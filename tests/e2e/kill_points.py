@@ -21,7 +21,6 @@ between two side effects of the placement:
 import asyncio
 import contextlib
 import enum
-import os
 import signal
 import sys
 import time
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from bridge import grouping, keys
+from tests.e2e.harness import bed_settings, settings_env
 from tests.kube_fake import FakeKubeServer, Hold
 from tests.slurm_bed import BedJob, SlurmTestBed
 
@@ -397,19 +397,12 @@ def worker_env(
     *, temporal_address: str, task_queue: str, slurm: SlurmTestBed, kubeconfig: Path, partition: str
 ) -> dict[str, str]:
     """A worker process that takes over a dead predecessor's steps and tasks within seconds."""
-    return {
-        **os.environ,
-        "TEMPORAL_ADDRESS": temporal_address,
-        "TEMPORAL_TASK_QUEUE": task_queue,
-        "SLURM_REST_URL": slurm.rest_url,
-        "SLURM_USER_NAME": slurm.user_name,
-        "SLURM_JWT_FILE": str(slurm.jwt_file),
-        "KUBECONFIG": str(kubeconfig),
-        "SLURM_PARTITION": partition,
-        "SCHEDULER_NAME": scheduler_name(partition),
-        "JOB_WATCH_INTERVAL": "0.2",
-        "STEP_HEARTBEAT_TIMEOUT": "2",
-        "TEMPORAL_STICKY_TIMEOUT": "1",
-        "LOG_FORMAT": "json",
-        "METRICS_PORT": "0",  # no port to collide with another worker on the machine
-    }
+    return settings_env(
+        bed_settings(slurm, kubeconfig, task_queue, partition=partition),
+        temporal_address,
+        SCHEDULER_NAME=scheduler_name(partition),
+        STEP_HEARTBEAT_TIMEOUT="2",
+        TEMPORAL_STICKY_TIMEOUT="1",
+        LOG_FORMAT="json",
+        METRICS_PORT="0",  # no port to collide with another worker on the machine
+    )
