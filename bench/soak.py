@@ -35,13 +35,16 @@ from bridge import keys
 from bridge import search_attributes as sa
 from tests.e2e.kill_points import KillBed, KillPoint, Kind, Outcome, place_with_kill, worker_env
 from tests.kube_fake import FakeKubeServer
+from tests.slurm_bed import SlurmTestBed
 
 
 def say(message: str) -> None:
     print(f"[soak {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def summarize(outcomes: Sequence[Outcome], seconds: float, seed: int) -> dict[str, Any]:
+def summarize(
+    outcomes: Sequence[Outcome], seconds: float, seed: int, slurmctld_restarts: int = 0
+) -> dict[str, Any]:
     """The counts of a run; lost and duplicated must be 0."""
     return {
         "placements": len(outcomes),
@@ -56,6 +59,9 @@ def summarize(outcomes: Sequence[Outcome], seconds: float, seed: int) -> dict[st
         ),
         "duplicated": sum(o.duplicated for o in outcomes),
         "slurm_jobs": sum(len(o.jobs) for o in outcomes),
+        # Restarts by others sharing the test bed: they make slurmctld forget the soak's partition
+        # and kill its jobs for a moment, which is what "failed" placements usually are.
+        "slurmctld_restarts": slurmctld_restarts,
         "seconds": round(seconds, 1),
         "seconds_per_placement": round(seconds / len(outcomes), 2) if outcomes else None,
         "seed": seed,
@@ -74,6 +80,7 @@ def text(summary: dict[str, Any]) -> str:
             f"{summary['failed_reasons'] or 'none'})",
             f"duplicated  {summary['duplicated']}",
             f"slurm jobs  {summary['slurm_jobs']}",
+            f"slurmctld   restarted {summary['slurmctld_restarts']} times during the run (by others)",
             f"time        {summary['seconds']} s ({summary['seconds_per_placement']} s per placement)",
             *[f"problem     {p}" for p in summary["problems"]],
         ]
@@ -87,6 +94,7 @@ async def soak(placements: int, seed: int, group_share: float, deadline: float) 
     kube = FakeKubeServer().start()
     outcomes: list[Outcome] = []
     started = time.monotonic()
+    log_start = slurmctld_log_size(slurm)
     try:
         for name in partition.node_names:
             kube.create_node(name, cpu="2", memory="8000Mi", labels={keys.LABEL_EXTERNAL_NODE: "true"})
@@ -125,7 +133,24 @@ async def soak(placements: int, seed: int, group_share: float, deadline: float) 
     finally:
         kube.stop()
         await asyncio.to_thread(partition.cleanup)
-    return summarize(outcomes, time.monotonic() - started, seed)
+    return summarize(outcomes, time.monotonic() - started, seed, slurmctld_starts(slurm, log_start))
+
+
+def slurmctld_log_size(slurm: SlurmTestBed) -> int:
+    try:
+        return slurm.slurmctld_log.stat().st_size
+    except OSError:
+        return 0
+
+
+def slurmctld_starts(slurm: SlurmTestBed, since: int) -> int:
+    """How often slurmctld started since that offset of its log."""
+    try:
+        with slurm.slurmctld_log.open("rb") as log:
+            log.seek(since)
+            return log.read().count(b"slurmctld version")
+    except OSError:
+        return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
