@@ -36,7 +36,7 @@ from tests.slurm_bed import BedJob, SlurmTestBed
 
 Pod = dict[str, Any]
 SIDE_EFFECT_TIMEOUT = 60.0  # a step that does not happen at all within this is a failure
-RECOVERY_TIMEOUT = 40.0  # well under the 60 s attempt timeout: recovery must not wait for it
+RECOVERY_TIMEOUT = 40.0  # under the 60 s attempt timeout: a takeover must not wait for it
 SLURM_POLL = 0.1  # Slurm tells nobody when a job appears or ends: ask scontrol this often
 
 
