@@ -160,6 +160,9 @@ class PlacementRequest(Frozen):
     # How long one step (an activity and its retries) may keep failing before the pods are told
     # (PlacementStuck) and it is tried again at workflow level.
     step_bound_seconds: float = 300.0
+    # A step's attempt that has not heartbeaten this long is tried again elsewhere: its worker died
+    # (a worker heartbeats only for attempts that run a third of this long, worker/heartbeat.py).
+    step_heartbeat_seconds: float = 15.0
     # Continue-as-new beyond this many history events (Temporal's limit is 51,200; tests go lower).
     history_events_limit: int = 2_000
     # What the starter saw of the pods (applied before run(): no start signal needed).
@@ -189,6 +192,20 @@ class PodEvent(Frozen):
 
 
 JobStateName = str
+# A job in one of these states is over for good (a requeued one starts again as a new run).
+ENDED_JOB_STATES = frozenset(
+    {
+        "CANCELLED",
+        "COMPLETED",
+        "FAILED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "OUT_OF_MEMORY",
+    }
+)
 
 
 class JobEvent(Frozen):
@@ -199,6 +216,7 @@ class JobEvent(Frozen):
     reason: str = ""
     nodes: list[str] = Field(default_factory=list)  # Slurm node names, in allocation order
     gone: bool = False  # Slurm no longer knows the job
+    restarts: int = 0  # Slurm's restart_cnt: a requeued job starts over (pending again)
 
     @property
     def running(self) -> bool:
@@ -207,6 +225,19 @@ class JobEvent(Frozen):
     @property
     def pending(self) -> bool:
         return not self.gone and "PENDING" in self.states
+
+    @property
+    def progress(self) -> tuple[int, int]:
+        """How far the job has come; a view of a job never goes back (reads and signals may cross)."""
+        if self.gone:
+            stage = 3
+        elif ENDED_JOB_STATES.intersection(self.states):
+            stage = 2
+        elif self.pending or not self.states:
+            stage = 0
+        else:
+            stage = 1  # running, or on its way out of it (completing, suspended…)
+        return (self.restarts, stage)
 
     @property
     def summary(self) -> str:

@@ -53,6 +53,7 @@ from bridge import search_attributes as sa
 from bridge.models import PodRef
 from bridge.policy import PolicyFile
 from bridge.translate import Defaults
+from worker.heartbeat import HeartbeatInterceptor
 from worker.job_registry import LiveJobs
 from worker.job_watcher import JobWatcher
 from worker.leader import LeaderElector, LeaderTimings, default_identity
@@ -385,6 +386,8 @@ class Bridge:
             unsandboxed_workflow_runner=unsandboxed_runner(
                 sandbox_every_workflow=self.sandbox_every_workflow
             ),
+            sticky_queue_schedule_to_start_timeout=timedelta(seconds=s.temporal_sticky_timeout),
+            interceptors=[HeartbeatInterceptor()],
         )
         self.elector: LeaderElector | None = None
         self._new_watchers()
@@ -403,6 +406,7 @@ class Bridge:
             deletion_slack_seconds=s.deletion_slack,
             eviction_patience_seconds=s.eviction_patience,
             tell=self._tell_waiting,
+            step_heartbeat_seconds=s.step_heartbeat_timeout,
         )
         self.job_watcher = JobWatcher(
             self.slurm,

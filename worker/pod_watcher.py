@@ -123,6 +123,7 @@ class PodWatcher:
         deletion_slack_seconds: float = 60.0,
         eviction_patience_seconds: float = 300.0,
         tell: Tell | None = None,
+        step_heartbeat_seconds: float = 15.0,
     ) -> None:
         self.kube = kube
         self.tell = tell
@@ -133,6 +134,7 @@ class PodWatcher:
         self.jobs = jobs if jobs is not None else LiveJobs()
         self.deletion_slack_seconds = deletion_slack_seconds
         self.eviction_patience_seconds = eviction_patience_seconds
+        self.step_heartbeat_seconds = step_heartbeat_seconds
         self.synced = asyncio.Event()  # set once the first full list has been handled
         self.starts = 0  # placements started (for the benchmark and metrics)
         self.signals = 0  # pod_changed signals delivered
@@ -289,6 +291,7 @@ class PodWatcher:
                 installation=self.installation,
                 deletion_slack_seconds=self.deletion_slack_seconds,
                 eviction_patience_seconds=self.eviction_patience_seconds,
+                step_heartbeat_seconds=self.step_heartbeat_seconds,
             )
             # Only once started: a failed start is retried as a start, not as a signal.
             self._workflow_of[uid] = wid
@@ -327,6 +330,7 @@ async def start_placement_workflow(
     installation: str = DEFAULT_INSTALLATION,
     deletion_slack_seconds: float = 60.0,
     eviction_patience_seconds: float = 300.0,
+    step_heartbeat_seconds: float = 15.0,
     generation: str | None = None,
     members: list[PodEvent] | None = None,
     retry: bool = False,
@@ -353,6 +357,7 @@ async def start_placement_workflow(
         recovery=retry,
         deletion_slack_seconds=deletion_slack_seconds,
         eviction_patience_seconds=eviction_patience_seconds,
+        step_heartbeat_seconds=step_heartbeat_seconds,
         events=events,
     )
     for _ in range(START_ATTEMPTS):

@@ -167,6 +167,12 @@ class WorkerSettings(TemporalSettings):
     eviction_patience: float = Field(
         300.0, ge=0, le=86400, validation_alias=env("EVICTION_PATIENCE", "eviction_patience")
     )
+    # A placement step whose worker stops heartbeating this long (it was killed) is tried again
+    # on another worker; attempts heartbeat only once they ran a third of it (worker/heartbeat.py).
+    # Placements started by the operator's CLI (`retry`) or the sweep use the default.
+    step_heartbeat_timeout: float = Field(
+        15.0, ge=1, le=60, validation_alias=env("STEP_HEARTBEAT_TIMEOUT", "step_heartbeat_timeout")
+    )
     node_sync_interval: float = Field(
         30.0, ge=1, le=86400, validation_alias=env("NODE_SYNC_INTERVAL", "node_sync_interval")
     )
@@ -208,6 +214,11 @@ class WorkerSettings(TemporalSettings):
         ge=0,
         le=100_000,
         validation_alias=env("TEMPORAL_MAX_CACHED_WORKFLOWS", "temporal_max_cached_workflows"),
+    )
+    # How long a workflow task waits for the worker that has the placement in its cache before any
+    # worker takes it: after a worker dies, its placements' next steps wait this long (SDK: 10 s).
+    temporal_sticky_timeout: float = Field(
+        10.0, ge=1, le=60, validation_alias=env("TEMPORAL_STICKY_TIMEOUT", "temporal_sticky_timeout")
     )
     # Leader election on a coordination.k8s.io/v1 Lease (worker/leader.py): the
     # watchers run on one replica at a time. Timings as client-go's, in seconds.

@@ -61,6 +61,8 @@ ATTEMPT_TIMEOUT = timedelta(seconds=60)
 STUCK_PAUSE = timedelta(minutes=1)
 EVICTION_RETRY = timedelta(seconds=10)
 LEAVING_POLL = timedelta(seconds=1)
+# Patch: an activity's older read of a job no longer replaces a later stage told by signal.
+KEEP_NEWER_JOB_VIEW = "keep-newer-job-view"
 # The safety re-check backs off while nothing changes: a bound pod costs a few actions a day.
 MAX_RECHECK = timedelta(hours=6)
 # Slurm away (a step failed as SlurmUnavailable): the placement waits for the Slurm-health
@@ -626,6 +628,16 @@ class PlacementWorkflow(GroupMembers):
         return self.state.job_id
 
     def _note_job(self, job: JobEvent) -> None:
+        """Take an activity's read of the job, unless a signal told of a later stage meanwhile.
+
+        An activity reads the job before it returns; a job_changed signal sent after that read
+        may be handled first (a worker died and the task waited, or simply signals come first
+        in an activation). The older read must not undo it: the job watcher will not say again
+        what it said once, so the placement would wait for the safety re-check (10 minutes).
+        """
+        held = self.jobs.get(job.job_id)
+        if held is not None and held.progress > job.progress and workflow.patched(KEEP_NEWER_JOB_VIEW):
+            return
         self.jobs[job.job_id] = job
         self.state.job_state = job.summary
 
@@ -656,6 +668,8 @@ class PlacementWorkflow(GroupMembers):
                     method,
                     args=list(args),
                     start_to_close_timeout=ATTEMPT_TIMEOUT,
+                    # A worker killed mid-step is noticed in seconds, not after the whole attempt.
+                    heartbeat_timeout=timedelta(seconds=self.request.step_heartbeat_seconds),
                     schedule_to_close_timeout=bound,
                     retry_policy=RETRY,
                     summary=summary,

@@ -238,17 +238,21 @@ async def slurm_bridge(stack: Stack, *args: str) -> Any:
 
 def worker_env(stack: Stack, **extra: str) -> dict[str, str]:
     """The environment a `slurm-bridge worker` process of this stack runs with."""
-    s = stack.settings
+    return settings_env(stack.settings, stack.temporal.service_client.config.target_host, **extra)
+
+
+def settings_env(s: WorkerSettings, temporal_address: str, **extra: str) -> dict[str, str]:
+    """The environment of a `slurm-bridge worker` process with these test-bed settings."""
     return {
         **os.environ,
-        "TEMPORAL_ADDRESS": stack.temporal.service_client.config.target_host,
+        "TEMPORAL_ADDRESS": temporal_address,
         "TEMPORAL_TASK_QUEUE": s.temporal_task_queue,
         "SLURM_REST_URL": s.slurm_rest_url,
         "SLURM_USER_NAME": s.slurm_user_name or "",
         "SLURM_JWT_FILE": str(s.slurm_jwt_file),
-        "KUBECONFIG": str(stack.kubeconfig),
+        "KUBECONFIG": s.kubeconfig or "",
         "SLURM_PARTITION": s.partition,
-        "JOB_WATCH_INTERVAL": "0.2",
+        "JOB_WATCH_INTERVAL": str(s.job_watch_interval),
         **extra,
     }
 
