@@ -28,6 +28,7 @@ from activities.slurm_client import ESLURM_NODES_BUSY, SlurmClient, SlurmNotFoun
 from bridge import keys
 from bridge.dra import RESOURCE_GROUP, dra_gpu_counts
 from bridge.node_actions import (
+    DEFAULT_INSTALLATION,
     DELETED,
     DRAINED,
     REGISTERED,
@@ -77,10 +78,18 @@ class Wait(Skip):
 
 
 class NodeActivities:
-    def __init__(self, kube: KubeClient, slurm: SlurmClient, *, scheduler_name: str) -> None:
+    def __init__(
+        self,
+        kube: KubeClient,
+        slurm: SlurmClient,
+        *,
+        scheduler_name: str,
+        installation: str = DEFAULT_INSTALLATION,
+    ) -> None:
         self.kube = kube
         self.slurm = slurm
         self.scheduler_name = scheduler_name
+        self.installation = installation
         self.instance = socket.gethostname()
 
     # -- reading -------------------------------------------------------------
@@ -267,7 +276,7 @@ class NodeActivities:
         # external node of ours with no job is ever deleted (and slurmctld checks the job too).
         if not is_external(current):
             raise Wait("not an external node; never deleted")
-        if not owned_by(current.get("comment"), self.scheduler_name):
+        if not owned_by(current.get("comment"), self.scheduler_name, self.installation):
             raise Wait("not registered by this bridge; never deleted")
         if is_busy(current):
             raise Wait("a job still runs there; deleted once it ends")

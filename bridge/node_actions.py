@@ -32,19 +32,32 @@ REJECTED = "SlurmNodeRejected"
 MANAGED_BY = "slurm-bridge"
 
 
-def ownership_comment(scheduler_name: str, kube_node: str) -> str:
+# The installation a bridge is when INSTALLATION_ID is not set (worker/settings.py).
+DEFAULT_INSTALLATION = "slurm-bridge"
+
+
+def ownership_comment(scheduler_name: str, kube_node: str, installation: str = DEFAULT_INSTALLATION) -> str:
     """The Slurm node comment that marks an external node as registered by this bridge.
 
     Deletion needs proof of ownership: an external node an administrator made by
-    hand (or another bridge registered) must never be removed by this one.
+    hand, or another bridge registered, must never be removed by this one. Two
+    Kubernetes clusters often share one Slurm with the same (default) scheduler
+    name, so the installation is part of the proof.
     """
     return json.dumps(
-        {"managedBy": MANAGED_BY, "scheduler": scheduler_name, "kubernetesNode": kube_node},
+        {
+            "managedBy": MANAGED_BY,
+            "scheduler": scheduler_name,
+            "installation": installation,
+            "kubernetesNode": kube_node,
+        },
         separators=(",", ":"),
     )
 
 
-def owned_by(comment: str | None, scheduler_name: str) -> bool:
+def owned_by(comment: str | None, scheduler_name: str, installation: str = DEFAULT_INSTALLATION) -> bool:
+    """Registered by this bridge. A comment written before installations were recorded counts as
+    ours (the node sync that finds it writes the installation into it)."""
     try:
         decoded = json.loads(comment or "")
     except ValueError:
@@ -53,6 +66,7 @@ def owned_by(comment: str | None, scheduler_name: str) -> bool:
         isinstance(decoded, dict)
         and decoded.get("managedBy") == MANAGED_BY
         and decoded.get("scheduler") == scheduler_name
+        and decoded.get("installation", installation) == installation
     )
 
 
@@ -61,6 +75,7 @@ class NodeSyncRequest(Frozen):
 
     scheduler_name: str
     default_partition: str  # features of an external node without the partitions annotation
+    installation: str = DEFAULT_INSTALLATION  # whose external nodes these are (the comment says)
 
 
 class NodeSnapshot(BaseModel):

@@ -16,6 +16,7 @@ from typing import Any
 from bridge import keys
 from bridge.dra import DRA_GPUS
 from bridge.node_actions import (
+    DEFAULT_INSTALLATION,
     PARTITION_NOT_FOUND,
     REGISTRATION_FAILED,
     Json,
@@ -149,13 +150,13 @@ def is_external(node: Json) -> bool:
     return "EXTERNAL" in (node.get("state") or [])
 
 
-def registered_by_us(node: Json, scheduler_name: str) -> bool:
+def registered_by_us(node: Json, scheduler_name: str, installation: str = DEFAULT_INSTALLATION) -> bool:
     """An external Slurm node this bridge registered (its comment says so): the only kind it deletes.
 
     A node slurmd registered (in slurm.conf, or dynamic: DYNAMIC_NORM without EXTERNAL)
     never is, whatever its comment.
     """
-    return is_external(node) and owned_by(node.get("comment"), scheduler_name)
+    return is_external(node) and owned_by(node.get("comment"), scheduler_name, installation)
 
 
 def is_drained(node: Json) -> bool:
@@ -241,7 +242,13 @@ def _partitions(kube: Json, default: str, existing: Collection[str], problems: l
 
 
 def desired_registration(
-    kube: Json, name: str, *, scheduler_name: str, default_partition: str, partitions: Collection[str]
+    kube: Json,
+    name: str,
+    *,
+    scheduler_name: str,
+    default_partition: str,
+    partitions: Collection[str],
+    installation: str = DEFAULT_INSTALLATION,
 ) -> tuple[Registration | None, list[Problem]]:
     """The external Slurm node a labelled Kubernetes node asks for, or the problems that prevent it."""
     problems: list[Problem] = []
@@ -279,7 +286,7 @@ def desired_registration(
         address=address,
         features=features,
         topology=topology,
-        comment=ownership_comment(scheduler_name, kube_name(kube)),
+        comment=ownership_comment(scheduler_name, kube_name(kube), installation),
     )
     return registration, []
 

@@ -35,6 +35,7 @@ from typing import Any
 
 from bridge import keys
 from bridge.node_actions import (
+    DEFAULT_INSTALLATION,
     NAME_CONFLICT,
     NOT_EXTERNAL,
     REGISTRATION_DEFERRED,
@@ -76,14 +77,21 @@ class _Context:
     scheduler_name: str
     default_partition: str
     partitions: frozenset[str]
+    installation: str
 
 
 # -- the plan -----------------------------------------------------------------
 
 
-def plan(snapshot: NodeSnapshot, *, scheduler_name: str, default_partition: str) -> list[NodeAction]:
+def plan(
+    snapshot: NodeSnapshot,
+    *,
+    scheduler_name: str,
+    default_partition: str,
+    installation: str = DEFAULT_INSTALLATION,
+) -> list[NodeAction]:
     """Every action this snapshot calls for, grouped per node, in a deterministic order."""
-    ctx = _Context(scheduler_name, default_partition, frozenset(snapshot.partitions))
+    ctx = _Context(scheduler_name, default_partition, frozenset(snapshot.partitions), installation)
     slurm = {str(n["name"]): n for n in snapshot.slurm_nodes if n.get("name")}
     claimants: dict[str, list[Json]] = {}
     for kube in sorted(snapshot.kube_nodes, key=kube_name):
@@ -97,7 +105,7 @@ def plan(snapshot: NodeSnapshot, *, scheduler_name: str, default_partition: str)
             actions += _plan_node(ctx, _Node(kubes[0], name), slurm.get(name))
     for name in sorted(slurm.keys() - claimants.keys()):
         node = slurm[name]
-        if registered_by_us(node, scheduler_name):
+        if registered_by_us(node, scheduler_name, installation):
             actions += _removal(ctx, None, node, "its Kubernetes node is gone")
     return actions
 
@@ -134,7 +142,7 @@ def _plan_node(ctx: _Context, node: _Node, slurm: Json | None) -> list[NodeActio
         return _external(ctx, node, slurm)
     if slurm is None:
         return _taint(ctx, node, want=False)
-    if registered_by_us(slurm, ctx.scheduler_name):
+    if registered_by_us(slurm, ctx.scheduler_name, ctx.installation):
         why = f"label {keys.LABEL_EXTERNAL_NODE} removed from Kubernetes node {kube_name(node.kube)}"
         return _removal(ctx, node, slurm, why)
     return _managed(ctx, node, slurm)
@@ -227,6 +235,7 @@ def _external(ctx: _Context, node: _Node, slurm: Json | None) -> list[NodeAction
         scheduler_name=ctx.scheduler_name,
         default_partition=ctx.default_partition,
         partitions=ctx.partitions,
+        installation=ctx.installation,
     )
     events: list[NodeAction] = [node.event(reason, message) for reason, message in problems]
     if slurm is None:

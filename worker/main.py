@@ -351,7 +351,9 @@ class Bridge:
         placement_activities = PlacementActivities(
             kube_activities, slurm_activities, self.node_cache, self.slurm_health
         )
-        node_activities = NodeActivities(self.kube, self.slurm, scheduler_name=s.scheduler_name)
+        node_activities = NodeActivities(
+            self.kube, self.slurm, scheduler_name=s.scheduler_name, installation=s.installation_id
+        )
         sweep_activities = SweepActivities(
             kube_activities, self.slurm, self.temporal, installation=s.installation_id
         )

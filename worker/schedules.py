@@ -44,7 +44,11 @@ NOTE = "node sync: Kubernetes nodes ↔ Slurm nodes (taints, drains, external no
 
 
 def node_sync_schedule(settings: WorkerSettings) -> Schedule:
-    request = NodeSyncRequest(scheduler_name=settings.scheduler_name, default_partition=settings.partition)
+    request = NodeSyncRequest(
+        scheduler_name=settings.scheduler_name,
+        default_partition=settings.partition,
+        installation=settings.installation_id,
+    )
     return Schedule(
         action=ScheduleActionStartWorkflow(
             NodeSyncWorkflow.run,

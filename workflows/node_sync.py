@@ -47,7 +47,10 @@ class NodeSyncWorkflow:
             summary="read Kubernetes nodes, Slurm nodes and partitions",
         )
         actions = plan(
-            snapshot, scheduler_name=request.scheduler_name, default_partition=request.default_partition
+            snapshot,
+            scheduler_name=request.scheduler_name,
+            default_partition=request.default_partition,
+            installation=request.installation,
         )
         result = NodeSyncResult(
             kube_nodes=len(snapshot.kube_nodes),

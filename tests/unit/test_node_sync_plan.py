@@ -9,6 +9,7 @@ import pytest
 from bridge import keys
 from bridge.dra import DRA_GPUS, dra_gpu_counts
 from bridge.node_actions import (
+    MANAGED_BY,
     NAME_CONFLICT,
     NOT_EXTERNAL,
     PARTITION_NOT_FOUND,
@@ -601,6 +602,8 @@ def test_a_node_whose_kubernetes_node_is_gone_is_removed_too() -> None:
     [
         slurm(state=("IDLE", "DRAIN")),  # made by hand
         slurm(state=("IDLE", "DRAIN"), comment=ownership_comment("another-scheduler", "n1")),
+        # Another Kubernetes cluster's bridge on the same Slurm, with the same scheduler name.
+        slurm(state=("IDLE", "DRAIN"), comment=ownership_comment(SCHEDULER, "n1", "other-cluster")),
         slurm(state=("IDLE", "DRAIN"), comment=OURS, ext=False),  # a slurmd node
         slurm(state=("IDLE", "DRAIN"), comment="{not json"),
     ],
@@ -701,3 +704,23 @@ def test_the_watch_signature_ignores_heartbeats_and_versions_but_not_what_the_pl
         kube(ip="10.0.0.2"),
     ):
         assert watch_signature(changed) != watch_signature(node)
+
+
+def test_a_node_registered_before_installations_were_recorded_is_adopted_then_deletable() -> None:
+    # The comment of an older bridge: no installation. Still ours, and relabelled with it.
+    legacy = json.dumps({"managedBy": MANAGED_BY, "scheduler": SCHEDULER, "kubernetesNode": "n1"})
+    assert owned_by(legacy, SCHEDULER, "slurm-bridge")
+    actions = run_plan([external()], [slurm(comment=legacy)])
+    updates = [a for a in actions if isinstance(a, UpdateSlurmNode)]
+    assert [u.comment for u in updates] == [OURS]
+    assert any(
+        isinstance(a, DeleteSlurmNode) for a in run_plan([], [slurm(state=("IDLE", "DRAIN"), comment=legacy)])
+    )
+
+
+def test_another_installations_node_of_the_same_name_is_neither_adopted_nor_deleted() -> None:
+    theirs = ownership_comment(SCHEDULER, "n1", "other-cluster")
+    assert not owned_by(theirs, SCHEDULER, "slurm-bridge")
+    assert owned_by(theirs, SCHEDULER, "other-cluster")
+    actions = run_plan([], [slurm(comment=theirs)])
+    assert not any(isinstance(a, DeleteSlurmNode | UpdateSlurmNode) for a in actions)
