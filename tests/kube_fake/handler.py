@@ -130,7 +130,8 @@ class KubeHandler(BaseHTTPRequestHandler):
             raw = self._read_body()
             ctype = self.headers.get("Content-Type", "")
             app.faults.record(method, url.path, query, ctype, raw)
-            delay, injected = app.faults.take(method, url.path)
+            watching = query.get("watch", "").lower() in _TRUE
+            delay, injected = app.faults.take(method, url.path, watch=watching)
             if delay:
                 app.faults.sleep(delay)
             if injected is not None:
