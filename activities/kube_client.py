@@ -45,6 +45,18 @@ class KubeConflict(KubeError):
     pass
 
 
+class WatchBroken(KubeError):
+    """A watch stream that broke off mid-way (connection cut, apiserver restarted)."""
+
+
+# A stream that was up this long before it broke off was healthy: its last
+# resourceVersion is still good, so watchers resume from it at once, as
+# client-go's reflector does, instead of backing off and re-listing. One that
+# breaks sooner counts as a failure (no hot loop against a server that keeps
+# cutting every stream).
+HEALTHY_STREAM_SECONDS = 1.0
+
+
 class WatchExpired(Exception):
     """The watch's resourceVersion is too old (410): the caller must re-list."""
 
@@ -190,7 +202,7 @@ async def _lines(response: Any) -> AsyncIterator[bytes]:
         async for line in response.content:
             yield line
     except (aiohttp.ClientError, OSError, TimeoutError) as error:
-        raise KubeError(0, "Disconnected", f"watch stream broke: {error}") from error
+        raise WatchBroken(0, "Disconnected", f"watch stream broke: {error}") from error
 
 
 def _error(status: int, body: Any) -> KubeError:
