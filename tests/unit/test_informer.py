@@ -15,7 +15,14 @@ from typing import Any
 
 import pytest
 
-from activities.kube_client import HEALTHY_STREAM_SECONDS, Json, KubeClient, KubeError, api_path
+from activities.kube_client import (
+    HEALTHY_STREAM_SECONDS,
+    QUICK_RETRIES,
+    Json,
+    KubeClient,
+    KubeError,
+    api_path,
+)
 from tests.kube_fake import FakeKubeServer
 from tests.kube_fake.builders import pod_body
 from worker.informer import Backoff, EventType, Informer, missing, uid_key
@@ -214,7 +221,8 @@ async def test_api_errors_back_off_exponentially_until_the_list_succeeds(
     kube: FakeKubeServer, client: KubeClient, caplog: pytest.LogCaptureFixture
 ) -> None:
     create_pod(kube, "a")
-    kube.fail_next("GET", f"^{PODS}$", 500, count=3)
+    # Nine answers: the client repeats a failed read twice at once, so three lists fail.
+    kube.fail_next("GET", f"^{PODS}$", 500, count=3 * (QUICK_RETRIES + 1))
     errors: list[BaseException] = []
     informer = Informer(
         client,
