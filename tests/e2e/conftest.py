@@ -22,10 +22,17 @@ async def make_stack(
     stacks: list[Stack] = []
 
     async def make(
-        nodes: int = 1, cpus: int = 4, memory_mb: int = 8000, *, bridge: bool = True, **overrides: Any
+        nodes: int = 1,
+        cpus: int = 4,
+        memory_mb: int = 8000,
+        *,
+        bridge: bool = True,
+        kubelet: bool = False,
+        **overrides: Any,
     ) -> Stack:
         partition = slurm_bed.make_partition(nodes=nodes, cpus=cpus, memory_mb=memory_mb)
-        kube = FakeKubeServer().start()
+        # kubelet=True: bound pods run (and finish after their run-seconds annotation) on their own.
+        kube = FakeKubeServer(kubelet=kubelet).start()
         for name in partition.node_names:
             # Labelled as node sync's nodes are: the bridge's node filters consider them.
             kube.create_node(
