@@ -7,8 +7,9 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
+from activities.slurm_client import SlurmClient
 from bridge import keys
-from tests.e2e.harness import Stack, bed_client, bed_settings
+from tests.e2e.harness import Stack, bed_settings
 from tests.kube_fake import FakeKubeServer
 from tests.slurm_bed import SlurmTestBed
 
@@ -40,7 +41,10 @@ async def make_stack(
             )
         kubeconfig = kube.kubeconfig(tmp_path / f"kubeconfig-{len(stacks)}")
         settings = bed_settings(slurm_bed, kubeconfig, task_queue, partition=partition.name, **overrides)
-        slurm = bed_client(slurm_bed)
+        # The bridge's client, with the token file its settings name (the bed's unless overridden).
+        slurm = SlurmClient(
+            settings.slurm_rest_url, user_name=settings.slurm_user_name, token_file=settings.slurm_jwt_file
+        )
         stack = Stack(kube, temporal_client, slurm, slurm_bed, partition, settings, kubeconfig)
         stacks.append(stack)
         if bridge:
