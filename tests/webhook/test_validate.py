@@ -148,6 +148,19 @@ def test_only_the_configured_service_account_writes_bridge_keys(admission: Admis
     assert "cannot be changed" in denial(admission, review(forged, old=placed, operation="UPDATE", user=user))
 
 
+def test_the_status_subresource_cannot_change_bridge_keys(admission: Admission) -> None:
+    """pods/status keeps metadata changes on a real API server: no way around the check."""
+    old = bridge_pod(labels={JOBID: "41"})
+    forged = bridge_pod(labels={JOBID: "42"}, annotations={PLACEMENT: "placement/x/y"})
+    message = denial(admission, review(forged, old=old, operation="UPDATE", sub_resource="status"))
+    assert f"the label {JOBID} cannot be changed" in message
+    assert f"the annotation {PLACEMENT} cannot be changed" in message
+    running = bridge_pod(labels={JOBID: "41"})
+    running["status"] = {"phase": "Running"}
+    allowed(admission, review(running, old=old, operation="UPDATE", sub_resource="status"))  # the kubelet's
+    allowed(admission, review(forged, old=old, operation="UPDATE", sub_resource="status", user=BRIDGE_USER))
+
+
 def test_users_may_update_other_labels_of_a_placed_pod(admission: Admission) -> None:
     old = bridge_pod(labels={JOBID: "42"}, annotations={NODE: "a"})
     new = bridge_pod(labels={JOBID: "42", "team": "x"}, annotations={NODE: "a", "note": "y"})
@@ -324,7 +337,9 @@ def test_resizing_other_pods_is_fine(admission: Admission) -> None:
     allowed(admission, review(pod(), old=pod(), operation="UPDATE", sub_resource="resize"))
 
 
-@pytest.mark.parametrize("sub_resource", ["status", "binding", "ephemeralcontainers"])
+# Not status (see test_the_status_subresource_cannot_change_bridge_keys): binding's object is a
+# Binding, and the ephemeralcontainers strategy drops every change but ephemeral containers.
+@pytest.mark.parametrize("sub_resource", ["binding", "ephemeralcontainers"])
 def test_other_subresources_are_not_policed(admission: Admission, sub_resource: str) -> None:
     obj = bridge_pod(labels={JOBID: "9"})
     allowed(admission, review(obj, old=bridge_pod(), operation="UPDATE", sub_resource=sub_resource))
