@@ -264,8 +264,10 @@ class PlacementState(BaseModel):
     pending_reason: str = ""
     nodes: list[str] = Field(default_factory=list)  # Slurm node names, as allocated
     kube_nodes: list[str] = Field(default_factory=list)  # the Kubernetes nodes the pods are bound to
+    claims: list[str] = Field(default_factory=list)  # ResourceClaims pinning Slurm's devices, "ns/name"
     failure: str = ""
     end_reason: str = ""  # why the job ended under running pods (PreemptedBySlurm, SlurmTimeLimit, …)
+    slurm_unavailable: str = ""  # while a step waits for Slurm to answer again: why it does not
     history: list[PhaseChange] = Field(default_factory=list)
 
 
@@ -311,6 +313,7 @@ class BindResult(Frozen):
     # Not bound yet: pods of an ended bridge job still terminate on the allocated nodes.
     waiting_for: list[str] = Field(default_factory=list)  # "ns/name"
     grace_seconds: float = 0.0  # the longest grace period among them
+    claims: list[str] = Field(default_factory=list)  # ResourceClaims written for DRA pods, "ns/name"
 
 
 class ReleaseInput(Frozen):
@@ -326,6 +329,10 @@ class ReleaseInput(Frozen):
     condition: bool = False  # also PodScheduled=False with reason and message (a failed placement)
     # With remove_pods: delete instead of evict (a PodDisruptionBudget blocked eviction for too long).
     force_delete: bool = False
+    # The ResourceClaims the placement wrote ([]: none, so none is looked for); None: the caller
+    # did not keep them, so the pods' claims are looked up. (A placement bound before DRA
+    # support carries [], rightly: its bind wrote no claim.)
+    claims: list[str] | None = None
 
 
 class PlacementCarry(BaseModel):

@@ -152,6 +152,11 @@ class WorkerSettings(TemporalSettings):
     job_watch_interval: float = Field(
         0.25, gt=0, le=300, validation_alias=env("JOB_WATCH_INTERVAL", "job_watch_interval")
     )
+    # While Slurm is away (the Slurm-health gate is closed), how often one `GET /ping/` asks
+    # whether it answers again; placements waiting for it resume within about this long.
+    slurm_probe_interval: float = Field(
+        2.0, gt=0, le=60, validation_alias=env("SLURM_PROBE_INTERVAL", "slurm_probe_interval")
+    )
     # A bound pod being deleted whose kubelet never confirms (its node is gone) keeps its
     # Slurm job this long past its grace period; then the job is released (docs/operations.md).
     deletion_slack: float = Field(

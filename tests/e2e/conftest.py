@@ -1,6 +1,6 @@
 """The `stack` factory: a complete bridge on real Temporal and real Slurm per test."""
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +9,7 @@ from temporalio.client import Client
 
 from activities.slurm_client import SlurmClient
 from bridge import keys
+from bridge.node_facts import gpu_count
 from tests.e2e.harness import Stack, bed_settings
 from tests.kube_fake import FakeKubeServer
 from tests.slurm_bed import SlurmTestBed
@@ -27,18 +28,29 @@ async def make_stack(
         cpus: int = 4,
         memory_mb: int = 8000,
         *,
+        gres: str | Sequence[str] | None = None,
         bridge: bool = True,
         kubelet: bool = False,
         **overrides: Any,
     ) -> Stack:
-        partition = slurm_bed.make_partition(nodes=nodes, cpus=cpus, memory_mb=memory_mb)
-        # kubelet=True: bound pods run (and finish after their run-seconds annotation) on their own.
+        """`gres`: each node's Slurm Gres ("gpu:2"), or one per node; Kubernetes sees nvidia.com/gpu.
+        `kubelet`: the fake's kubelet runs bound pods (and ends them after their run-seconds annotation)."""
+        partition = slurm_bed.make_partition(nodes=nodes, cpus=cpus, memory_mb=memory_mb, gres=gres)
+        per_node = [gres or ""] * nodes if gres is None or isinstance(gres, str) else list(gres)
         kube = FakeKubeServer(kubelet=kubelet).start()
-        for name in partition.node_names:
+        for name, node_gres in zip(partition.node_names, per_node, strict=True):
             # Labelled as node sync's nodes are: the bridge's node filters consider them.
             kube.create_node(
                 name, cpu=str(cpus), memory=f"{memory_mb}Mi", labels={keys.LABEL_EXTERNAL_NODE: "true"}
             )
+            gpus = gpu_count(node_gres)
+            if gpus:
+                # What node sync would have registered the Slurm node from.
+                def add_gpus(node: dict[str, Any], gpus: int = gpus) -> None:
+                    for kind in ("capacity", "allocatable"):
+                        node["status"][kind]["nvidia.com/gpu"] = str(gpus)
+
+                kube.update_object("nodes", name, add_gpus)
         kubeconfig = kube.kubeconfig(tmp_path / f"kubeconfig-{len(stacks)}")
         settings = bed_settings(slurm_bed, kubeconfig, task_queue, partition=partition.name, **overrides)
         # The bridge's client, with the token file its settings name (the bed's unless overridden).

@@ -61,7 +61,13 @@ def make_pod(
     memory: str = "256Mi",
     annotations: dict[str, str] | None = None,
     scheduler: str = keys.DEFAULT_SCHEDULER_NAME,
+    devices: dict[str, str] | None = None,
 ) -> Pod:
+    """`devices`: extended resources ("nvidia.com/gpu": "2"), as request and limit alike."""
+    requests = {"cpu": cpu, "memory": memory, **(devices or {})}
+    resources: dict[str, Any] = {"requests": requests}
+    if devices:
+        resources["limits"] = dict(devices)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -72,7 +78,7 @@ def make_pod(
                 {
                     "name": "main",
                     "image": "busybox",
-                    "resources": {"requests": {"cpu": cpu, "memory": memory}},
+                    "resources": resources,
                 }
             ],
         },
@@ -101,9 +107,13 @@ class Stack:
         from activities.kube_client import load_configuration
 
         kube_client = KubeClient(await load_configuration(str(self.kubeconfig)))
-        self.bridge = Bridge(self.temporal, kube_client, self.slurm, self.settings)
+        self.bridge = Bridge(
+            self.temporal, kube_client, self.slurm, self.settings, sandbox_every_workflow=True
+        )
         self._task = asyncio.create_task(self.bridge.run())
         await asyncio.wait_for(self.bridge.pod_watcher.synced.wait(), 10)
+        # Placements read nodes from the cache from here on (before, they list).
+        await asyncio.wait_for(self.bridge.node_cache.wait_until(lambda cache: cache.synced), 10)
         return self.bridge
 
     async def stop_bridge(self) -> None:
@@ -136,7 +146,7 @@ class Stack:
             namespace=self.temporal.namespace,
             data_converter=self.temporal.data_converter,
         )
-        bridge = Bridge(temporal, kube_client, slurm, self.settings)
+        bridge = Bridge(temporal, kube_client, slurm, self.settings, sandbox_every_workflow=True)
         task = asyncio.create_task(bridge.run())
         await asyncio.wait_for(bridge.pod_watcher.synced.wait(), 10)
         return Replica(bridge, task)
