@@ -69,6 +69,24 @@ class KubeActivities:
         content = STRATEGIC_MERGE if subresource == "status" else MERGE_PATCH
         return await self.kube.request("PATCH", path, body=body, content_type=content)
 
+    async def patch_if_present(self, ref: PodRef, patch: Json, *, subresource: str | None = None) -> bool:
+        """Patch the pod; False when it is gone or replaced by a namesake.
+
+        A 409 is not proof that the pod is gone: the uid precondition gives one
+        for a namesake, but an API server under load or in the middle of an
+        update can answer 409 for the pod itself. Only a fresh read decides; a
+        conflict on the pod still there is raised, and the activity retries.
+        """
+        try:
+            await self._patch_pod(ref, patch, subresource=subresource)
+        except KubeNotFound:
+            return False
+        except KubeConflict:
+            if await self.read_pod(ref) is None:
+                return False
+            raise
+        return True
+
     # -- finalizer ---------------------------------------------------------
 
     @activity.defn(name="add_finalizer")
@@ -141,9 +159,9 @@ class KubeActivities:
     @activity.defn(name="label_job_id")
     async def label_job_id(self, pods: list[PodRef], job_id: int) -> None:
         for ref in pods:
-            try:
-                await self._patch_pod(ref, {"metadata": {"labels": {keys.LABEL_SLURM_JOB_ID: str(job_id)}}})
-            except (KubeNotFound, KubeConflict):
+            if not await self.patch_if_present(
+                ref, {"metadata": {"labels": {keys.LABEL_SLURM_JOB_ID: str(job_id)}}}
+            ):
                 log.info("pod %s gone before it could be labelled with job %s", ref.key, job_id)
 
     @activity.defn(name="resolve_nodes")
@@ -241,9 +259,9 @@ class KubeActivities:
             "lastTransitionTime": now(),
         }
         for ref in pods:
-            try:
-                await self._patch_pod(ref, {"status": {"conditions": [condition]}}, subresource="status")
-            except (KubeNotFound, KubeConflict):
+            if not await self.patch_if_present(
+                ref, {"status": {"conditions": [condition]}}, subresource="status"
+            ):
                 log.info("pod %s gone; condition %s dropped", ref.key, reason)
 
     # -- ending ------------------------------------------------------------
@@ -260,8 +278,13 @@ class KubeActivities:
                 await self.kube.request(
                     "DELETE", api_path("pods", namespace=ref.namespace, name=ref.name), body=body
                 )
-            except (KubeNotFound, KubeConflict):
+            except KubeNotFound:
                 continue
+            except KubeConflict:
+                # The uid precondition failed (a namesake: ours is gone), or a 409 for the
+                # pod itself, which must still go: a fresh read tells which.
+                if await self.read_pod(ref) is not None:
+                    raise
 
 
 def pod_refs(pods: Sequence[Json]) -> list[PodRef]:

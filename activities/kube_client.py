@@ -7,6 +7,7 @@ generated models: they reject fields they do not know, so a newer API server
 fields. Every call returns the API server's JSON as a dict.
 """
 
+import asyncio
 import json
 import logging
 import os
@@ -28,8 +29,9 @@ JSON_PATCH = "application/json-patch+json"
 class KubeError(Exception):
     """A non-2xx answer, with the API server's own Status message."""
 
-    def __init__(self, status: int, reason: str, message: str) -> None:
+    def __init__(self, status: int, reason: str, message: str, retry_after: float | None = None) -> None:
         self.status, self.reason, self.message = status, reason, message
+        self.retry_after = retry_after  # seconds, when the server said (Retry-After)
         super().__init__(f"Kubernetes API {status} {reason}: {message}")
 
     @property
@@ -44,6 +46,25 @@ class KubeNotFound(KubeError):
 
 class KubeConflict(KubeError):
     pass
+
+
+# Transient failures are repeated in the client a few times, quickly, before the
+# error reaches an activity (whose Temporal retries back off to 30 s) or a watcher.
+QUICK_RETRIES = 2
+QUICK_RETRY_DELAY_SECONDS = 0.1
+MAX_RETRY_AFTER_SECONDS = 1.0
+
+
+class WatchBroken(KubeError):
+    """A watch stream that broke off mid-way (connection cut, apiserver restarted)."""
+
+
+# A stream that was up this long before it broke off was healthy: its last
+# resourceVersion is still good, so watchers resume from it at once, as
+# client-go's reflector does, instead of backing off and re-listing. One that
+# breaks sooner counts as a failure (no hot loop against a server that keeps
+# cutting every stream).
+HEALTHY_STREAM_SECONDS = 1.0
 
 
 class WatchExpired(Exception):
@@ -115,6 +136,26 @@ class KubeClient:
         content_type: str = "application/json",
         timeout: float = 30.0,
     ) -> Json:
+        """One call; a read that met a transient failure, or any call refused with 429, is
+        repeated a few times at once (QUICK_RETRIES) before the error reaches the caller."""
+        for attempt in range(QUICK_RETRIES + 1):
+            try:
+                return await self._request_once(method, path, query, body, content_type, timeout)
+            except KubeError as error:
+                if attempt == QUICK_RETRIES or not _repeatable(method, error):
+                    raise
+                await asyncio.sleep(_quick_retry_delay(error, attempt))
+        raise AssertionError("unreachable")
+
+    async def _request_once(
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, str] | None,
+        body: Any,
+        content_type: str,
+        timeout: float,
+    ) -> Json:
         response = await self._send(
             method, path, query=query, body=body, content_type=content_type, timeout=timeout
         )
@@ -124,7 +165,7 @@ class KubeClient:
             response.release()
         decoded = json.loads(data) if data else {}
         if response.status >= 300:
-            raise _error(response.status, decoded)
+            raise _error(response.status, decoded, response.headers.get("Retry-After"))
         return decoded if isinstance(decoded, dict) else {}
 
     async def _send(
@@ -206,14 +247,33 @@ async def _lines(response: Any) -> AsyncIterator[bytes]:
         async for line in response.content:
             yield line
     except (aiohttp.ClientError, OSError, TimeoutError) as error:
-        raise KubeError(0, "Disconnected", f"watch stream broke: {error}") from error
+        raise WatchBroken(0, "Disconnected", f"watch stream broke: {error}") from error
 
 
-def _error(status: int, body: Any) -> KubeError:
+def _error(status: int, body: Any, retry_after: str | None = None) -> KubeError:
     body = body if isinstance(body, dict) else {}
     reason, message = str(body.get("reason") or ""), str(body.get("message") or "")
     if status == 404:
         return KubeNotFound(status, reason or "NotFound", message)
     if status == 409:
         return KubeConflict(status, reason or "Conflict", message)
-    return KubeError(status, reason, message)
+    try:
+        seconds = float(retry_after) if retry_after else None
+    except ValueError:
+        seconds = None
+    return KubeError(status, reason, message, seconds)
+
+
+def _repeatable(method: str, error: KubeError) -> bool:
+    """Safe and worth repeating at once: a read that met no answer, a 5xx or a 429, or any
+    request refused with 429 and Retry-After (API Priority and Fairness refuses so before
+    anything is done; a PodDisruptionBudget's 429 says no Retry-After and is the caller's)."""
+    if error.status == 429 and error.retry_after is not None:
+        return True
+    return method == "GET" and (error.status in (0, 429) or error.status >= 500)
+
+
+def _quick_retry_delay(error: KubeError, attempt: int) -> float:
+    if error.retry_after is not None:
+        return min(error.retry_after, MAX_RETRY_AFTER_SECONDS)
+    return QUICK_RETRY_DELAY_SECONDS * (attempt + 1)

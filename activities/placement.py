@@ -386,8 +386,13 @@ class PlacementActivities:
                 "deleteOptions": {"preconditions": {"uid": ref.uid}},
             }
             await self.kube.kube.request("POST", f"{path}/eviction", body=eviction)
-        except (KubeNotFound, KubeConflict):
-            return True  # gone, or a namesake
+        except KubeNotFound:
+            return True
+        except KubeConflict:
+            # The uid precondition failed (a namesake: ours is gone), or a 409 for the pod itself.
+            if await self.kube.read_pod(ref) is not None:
+                raise
+            return True
         except KubeError as error:
             if error.status == TOO_MANY_REQUESTS:
                 return False  # a PodDisruptionBudget says not now
@@ -466,9 +471,7 @@ class PlacementActivities:
             return JobEvent(job_id=job_id, states=[], gone=True)
 
     async def _patch(self, ref: PodRef, patch: Json, *, subresource: str | None = None) -> None:
-        try:
-            await self.kube._patch_pod(ref, patch, subresource=subresource)
-        except (KubeNotFound, KubeConflict):
+        if not await self.kube.patch_if_present(ref, patch, subresource=subresource):
             log.info("pod %s gone before it could be updated", ref.key)
 
     def all(self) -> list[Callable[..., Awaitable[Any]]]:

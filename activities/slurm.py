@@ -156,8 +156,13 @@ class SlurmActivities:
     @activity.defn(name="update_job")
     async def update_job(self, job_id: int, job: JobDescription) -> None:
         """Apply a new description to a pending job (the bare job_desc_msg, as slurmrestd wants)."""
+        body = job.to_slurm()
+        # An update changes only the fields it names, and an empty list counts as unnamed:
+        # with no exclusion left, [""] is what clears Slurm's list. Otherwise the job keeps
+        # excluding nodes that fit again, or that were deleted since.
+        body.setdefault("excluded_nodes", [""])
         try:
-            await self.slurm.update_job(job_id, JobDescMsg.model_validate(job.to_slurm()))
+            await self.slurm.update_job(job_id, JobDescMsg.model_validate(body))
         except SlurmRejected as error:
             raise ApplicationError(
                 f"Slurm refused the update: {error}", type=SLURM_REJECTED, non_retryable=True

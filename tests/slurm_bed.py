@@ -100,7 +100,7 @@ class ForeignUser:
 class BedJob(NamedTuple):
     job_id: int
     states: tuple[str, ...]
-    comment: str = ""  # the bridge writes the placement id here
+    comment: str = ""  # the bridge's `<workflow id>@<generation>`
 
     @property
     def ended(self) -> bool:
@@ -362,7 +362,7 @@ class SlurmTestBed:
     def jobs_in_partition(self, name: str) -> list[BedJob]:
         data = json.loads(self.scontrol("--json", "show", "job"))
         return [
-            BedJob(int(job["job_id"]), tuple(job.get("job_state") or ()), job.get("comment") or "")
+            BedJob(int(job["job_id"]), tuple(job.get("job_state") or ()), str(job.get("comment") or ""))
             for job in data.get("jobs") or []
             if job.get("partition") == name
         ]

@@ -10,7 +10,8 @@ Pods:
   annotations; a bare pod must also pass the worker's translation;
 - the `slurmjob.slinky.slurm.net/*` annotations of a bridge pod or workload (and
   of its templates) must keep to the namespace's tenant policy (`bridge.policy`);
-- `pods/resize` of a bridge pod is refused (its Slurm allocation is fixed).
+- `pods/resize` of a bridge pod is refused (its Slurm allocation is fixed);
+- `pods/status` may change labels and annotations too: the owned keys are guarded there as well.
 Workloads (Job, JobSet, LeaderWorkerSet, PodGroup): see `webhook.workloads`.
 
 On UPDATE only problems the update introduces are refused, so an object that
@@ -105,6 +106,17 @@ def _validate_pod(request: AdmissionRequest, *, managed: bool, policy: Admission
     return AdmissionResponse.allow(request.uid, warnings=_warnings(existing))
 
 
+def _validate_status(request: AdmissionRequest, *, policy: AdmissionPolicy) -> AdmissionResponse:
+    """pods/status keeps label and annotation changes (its strategy resets only the spec,
+    deletionTimestamp and ownerReferences): the bridge-owned keys are guarded here too."""
+    if request.operation != "UPDATE" or policy.is_bridge_user(request.user_info.username):
+        return AdmissionResponse.allow(request.uid)
+    problems = owned_keys_on_update(request.old_object or {}, request.object or {}, policy)
+    if problems:
+        return denial(request.uid, "pod status update not accepted", problems)
+    return AdmissionResponse.allow(request.uid)
+
+
 def _validate_resize(request: AdmissionRequest, *, policy: AdmissionPolicy) -> AdmissionResponse:
     pod = request.old_object or request.object or {}
     if is_bridge_pod(pod, managed=False, policy=policy):
@@ -140,6 +152,8 @@ def validate(request: AdmissionRequest, *, managed: bool, policy: AdmissionPolic
         )
     if resource == "pods" and request.sub_resource == "resize":
         return _validate_resize(request, policy=policy)
+    if resource == "pods" and request.sub_resource == "status":
+        return _validate_status(request, policy=policy)
     if request.sub_resource:
         # status, binding, eviction, scale...: not the bridge's to police.
         return AdmissionResponse.allow(request.uid)

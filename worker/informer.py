@@ -8,11 +8,12 @@ deleted while nothing watched (before the first list, or during a 410 gap).
 
 The watch starts at the list's resourceVersion and, when a stream ends
 normally (the server's timeoutSeconds), resumes from the last version seen,
-BOOKMARKs included. A 410 Gone (the version is too old) re-lists at once. Any
-other failure, including one raised by a handler, is logged, counted and
-followed by a re-list after an exponential back-off (tenacity); the back-off
-starts small again after a session that stayed up for `reset_after` seconds.
-Only cancellation ends `run()`.
+BOOKMARKs included; so does a stream that breaks off after a healthy while
+(HEALTHY_STREAM_SECONDS: a cut connection, a restarted API server). A 410
+Gone (the version is too old) re-lists at once. Any other failure, including
+one raised by a handler, is logged, counted and followed by a re-list after an
+exponential back-off (tenacity); the back-off starts small again after a
+session that stayed up for `reset_after` seconds. Only cancellation ends `run()`.
 
 Memory stays bounded: no object cache and no queue. Handlers are awaited
 inline, so a slow consumer slows the reading of the stream instead of
@@ -30,7 +31,14 @@ from typing import Literal
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential_jitter
 
-from activities.kube_client import Json, KubeClient, KubeError, WatchExpired
+from activities.kube_client import (
+    HEALTHY_STREAM_SECONDS,
+    Json,
+    KubeClient,
+    KubeError,
+    WatchBroken,
+    WatchExpired,
+)
 
 log = logging.getLogger(__name__)
 
@@ -160,6 +168,17 @@ class Informer:
         log.debug("%s listed: %d objects at resourceVersion %s", self.name, len(keys), self.resource_version)
 
     async def _watch(self) -> None:
+        """One stream; a stream that breaks off after a healthy while ends like a normal one:
+        the next resumes from the last version seen, without a back-off or a re-list."""
+        opened = time.monotonic()
+        try:
+            await self._stream()
+        except WatchBroken as error:
+            if time.monotonic() - opened < HEALTHY_STREAM_SECONDS:
+                raise
+            log.info("%s watch stream broke off (%s); resuming", self.name, error)
+
+    async def _stream(self) -> None:
         async for event in self.kube.watch(
             self.path,
             resource_version=self.resource_version,

@@ -1,7 +1,8 @@
 """Pod watcher: Kubernetes pod changes → placement workflows.
 
 List + watch of the pods that name our scheduler, resumed from the last
-resourceVersion and re-listed when the API server says it is too old (410).
+resourceVersion (also when a healthy stream breaks off) and re-listed when the
+API server says it is too old (410) or after any other failure.
 
 - An unclaimed unscheduled pod starts its group's placement (or, when the
   group's placement runs already, is signalled to it): the placement's first
@@ -18,6 +19,7 @@ resourceVersion and re-listed when the API server says it is too old (410).
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -31,7 +33,15 @@ from temporalio.common import (
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.kube_client import Json, KubeClient, KubeError, WatchExpired, api_path
+from activities.kube_client import (
+    HEALTHY_STREAM_SECONDS,
+    Json,
+    KubeClient,
+    KubeError,
+    WatchBroken,
+    WatchExpired,
+    api_path,
+)
 from activities.kube_reader import KubeReader
 from bridge import grouping, keys
 from bridge import search_attributes as sa
@@ -184,13 +194,21 @@ class PodWatcher:
         return str(listed.get("metadata", {}).get("resourceVersion", ""))
 
     async def _watch(self, path: str, query: dict[str, str], version: str) -> str:
-        async for event in self.kube.watch(path, resource_version=version, query=query):
-            obj = event["object"]
-            version = obj.get("metadata", {}).get("resourceVersion", version)
-            if event["type"] in ("ADDED", "MODIFIED"):
-                self._observe(obj, gone=False)
-            elif event["type"] == "DELETED":
-                self._observe(obj, gone=True)
+        """Watch from `version`; the last version seen when the stream ends or, after a healthy
+        while, breaks off (the caller resumes from it: no back-off, no re-list)."""
+        opened = time.monotonic()
+        try:
+            async for event in self.kube.watch(path, resource_version=version, query=query):
+                obj = event["object"]
+                version = obj.get("metadata", {}).get("resourceVersion", version)
+                if event["type"] in ("ADDED", "MODIFIED"):
+                    self._observe(obj, gone=False)
+                elif event["type"] == "DELETED":
+                    self._observe(obj, gone=True)
+        except WatchBroken as error:
+            if time.monotonic() - opened < HEALTHY_STREAM_SECONDS:
+                raise
+            log.info("pod watch stream broke off (%s); resuming from resourceVersion %s", error, version)
         return version
 
     def _observe(self, pod: Json, *, gone: bool) -> None:

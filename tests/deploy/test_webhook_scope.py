@@ -29,9 +29,11 @@ from tests.webhook.conftest import policy
 from tests.webhook.reviews import (
     BRIDGE_USER,
     JOB,
+    JOBID,
     JOBSET,
     LWS,
     MANAGED_NS,
+    NODE,
     OTHER_NS,
     PODGROUP,
     SCHEDULER,
@@ -54,6 +56,7 @@ VALUES: dict[str, Any] = {"webhook": {"managedNamespaces": [MANAGED_NS]}}
 MUTATE_SCHEDULER_PODS = "mutate-scheduler-pods.slinky.slurm.net"
 MUTATE_PODS = "mutate-pods.slinky.slurm.net"
 VALIDATE_PODS = "validate-pods.slinky.slurm.net"
+VALIDATE_POD_STATUS = "validate-pod-status.slinky.slurm.net"
 VALIDATE_WORKLOADS = "validate-workloads.slinky.slurm.net"
 EVERY_KEY = {
     "label " + keys.LABEL_SLURM_JOB_ID: ("labels", keys.LABEL_SLURM_JOB_ID),
@@ -298,8 +301,29 @@ def test_resize_is_checked_only_for_bridge_pods() -> None:
     theirs = pod(namespace=MANAGED_NS, scheduler="default-scheduler")
     assert chain().called(pod_request("UPDATE", ours, ours, sub_resource="resize")) == {VALIDATE_PODS}
     assert chain().called(pod_request("UPDATE", theirs, theirs, sub_resource="resize")) == set()
-    # status is not in the rules: the kubelet's updates never wait.
+    # A status update that leaves the bridge-owned keys alone (the kubelet's) never waits.
     assert chain().called(pod_request("UPDATE", ours, ours, sub_resource="status")) == set()
+
+
+@pytest.mark.parametrize(
+    ("field", "key"),
+    [("labels", JOBID), ("annotations", NODE), ("annotations", "slurm-bridge/placement")],
+)
+def test_a_status_update_changing_a_bridge_owned_key_is_sent(field: str, key: str) -> None:
+    """pods/status keeps label and annotation changes: it must not get around the check."""
+    plain = pod(namespace=OTHER_NS, scheduler="default-scheduler")
+    keyed = pod(namespace=OTHER_NS, scheduler="default-scheduler")
+    keyed["metadata"][field] = {key: "1"}
+    other = pod(namespace=OTHER_NS, scheduler="default-scheduler")
+    other["metadata"][field] = {key: "2"}
+    for old, new in ((plain, keyed), (keyed, plain), (keyed, other)):
+        request = pod_request("UPDATE", new, old, sub_resource="status")
+        assert chain().called(request) == {VALIDATE_POD_STATUS}
+        assert not validate(admission_request(request), managed=False, policy=policy()).allowed
+    running = pod(namespace=OTHER_NS, scheduler="default-scheduler")
+    running["metadata"][field] = {key: "1", "other": "x"}
+    assert chain().called(pod_request("UPDATE", running, keyed, sub_resource="status")) == set()
+    assert chain().called(pod_request("UPDATE", other, keyed, sub_resource="status", user=WORKER)) == set()
 
 
 def workload_request(gvkr: tuple[str, str, str, str], obj: Json, operation: str = "CREATE") -> Request:
@@ -512,7 +536,7 @@ def updates(draw: st.DrawFn) -> tuple[Json, Json]:
 
 
 @PROPERTIES
-@given(change=updates(), user=USERS, sub_resource=st.sampled_from(["", "", "resize"]))
+@given(change=updates(), user=USERS, sub_resource=st.sampled_from(["", "", "resize", "status"]))
 def test_updates_the_webhook_would_refuse_are_sent_to_it(
     change: tuple[Json, Json], user: str, sub_resource: str
 ) -> None:
@@ -524,7 +548,7 @@ def test_updates_the_webhook_would_refuse_are_sent_to_it(
     managed = request.namespace == MANAGED_NS
     verdict = validate(admission_request(request), managed=managed, policy=policy())
     if not verdict.allowed:
-        assert VALIDATE_PODS in chain().called(request), verdict.status
+        assert chain().called(request) & {VALIDATE_PODS, VALIDATE_POD_STATUS}, verdict.status
 
 
 def _without_owned_keys(template: Json) -> None:

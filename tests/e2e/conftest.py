@@ -7,9 +7,10 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
+from activities.slurm_client import SlurmClient
 from bridge import keys
 from bridge.node_facts import gpu_count
-from tests.e2e.harness import Stack, bed_client, bed_settings
+from tests.e2e.harness import Stack, bed_settings
 from tests.kube_fake import FakeKubeServer
 from tests.slurm_bed import SlurmTestBed
 
@@ -29,12 +30,14 @@ async def make_stack(
         *,
         gres: str | Sequence[str] | None = None,
         bridge: bool = True,
+        kubelet: bool = False,
         **overrides: Any,
     ) -> Stack:
-        """`gres`: each node's Slurm Gres ("gpu:2"), or one per node; Kubernetes sees nvidia.com/gpu."""
+        """`gres`: each node's Slurm Gres ("gpu:2"), or one per node; Kubernetes sees nvidia.com/gpu.
+        `kubelet`: the fake's kubelet runs bound pods (and ends them after their run-seconds annotation)."""
         partition = slurm_bed.make_partition(nodes=nodes, cpus=cpus, memory_mb=memory_mb, gres=gres)
         per_node = [gres or ""] * nodes if gres is None or isinstance(gres, str) else list(gres)
-        kube = FakeKubeServer().start()
+        kube = FakeKubeServer(kubelet=kubelet).start()
         for name, node_gres in zip(partition.node_names, per_node, strict=True):
             # Labelled as node sync's nodes are: the bridge's node filters consider them.
             kube.create_node(
@@ -50,7 +53,10 @@ async def make_stack(
                 kube.update_object("nodes", name, add_gpus)
         kubeconfig = kube.kubeconfig(tmp_path / f"kubeconfig-{len(stacks)}")
         settings = bed_settings(slurm_bed, kubeconfig, task_queue, partition=partition.name, **overrides)
-        slurm = bed_client(slurm_bed)
+        # The bridge's client, with the token file its settings name (the bed's unless overridden).
+        slurm = SlurmClient(
+            settings.slurm_rest_url, user_name=settings.slurm_user_name, token_file=settings.slurm_jwt_file
+        )
         stack = Stack(kube, temporal_client, slurm, slurm_bed, partition, settings, kubeconfig)
         stacks.append(stack)
         if bridge:

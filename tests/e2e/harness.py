@@ -37,16 +37,16 @@ Predicate = Callable[[Pod | None], object]
 
 def bed_settings(bed: SlurmTestBed, kubeconfig: Path, task_queue: str, **overrides: Any) -> WorkerSettings:
     """Worker settings pointing at the real Slurm test bed and a fake API server, polling fast."""
-    return load_settings(
-        temporal_task_queue=task_queue,
-        slurm_rest_url=bed.rest_url,
-        slurm_user_name=bed.user_name,
-        slurm_jwt_file=bed.jwt_file,
-        kubeconfig=str(kubeconfig),
-        job_watch_interval=0.2,
-        metrics_port=0,
-        **overrides,
-    )
+    defaults: dict[str, Any] = {
+        "temporal_task_queue": task_queue,
+        "slurm_rest_url": bed.rest_url,
+        "slurm_user_name": bed.user_name,
+        "slurm_jwt_file": bed.jwt_file,
+        "kubeconfig": str(kubeconfig),
+        "job_watch_interval": 0.2,
+        "metrics_port": 0,
+    }
+    return load_settings(**{**defaults, **overrides})
 
 
 def bed_client(bed: SlurmTestBed) -> SlurmClient:

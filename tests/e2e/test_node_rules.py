@@ -229,3 +229,31 @@ async def test_a_pending_jobs_exclusions_follow_node_changes(make_stack: StackFa
     for name in ("h1", "h2", "waiting"):
         stack.kube.set_pod_phase(stack.namespace, name, "Succeeded")
         await stack.wait_pod(name, finished_cleanly)
+
+
+async def test_a_pending_jobs_last_exclusion_is_lifted_when_the_node_fits_again(
+    make_stack: StackFactory,
+) -> None:
+    """The set of excluded nodes can become empty: Slurm must be told so (an update that leaves
+    the field out keeps the old list, and with it a node that may since have been deleted)."""
+    stack = await make_stack(nodes=2)
+    _, second = stack.partition.node_names
+    for name in ("h1", "h2"):  # both nodes full: the next job waits
+        stack.create_pod(name, cpu="4")
+        await stack.wait_pod(name, bound)
+    taint = {"key": "maintenance", "effect": "NoSchedule"}
+    stack.kube.update_object("nodes", second, lambda n: n["spec"].update(taints=[taint]))
+    stack.create_pod("waiting")
+    pod = await stack.wait_pod(
+        "waiting", lambda p: (scheduled_condition(p) or {}).get("reason") == "Resources"
+    )
+    assert excluded(await submitted_job(stack, pod)) == second
+
+    stack.kube.update_object("nodes", second, lambda n: n["spec"].update(taints=[]))
+    await stack.kube.wait_for_async(
+        lambda: any(e["reason"] == "SlurmJobUpdated" for e in stack.events("waiting")), timeout=30
+    )
+    assert excluded(await submitted_job(stack, pod)) == ""
+    for name in ("h1", "h2", "waiting"):
+        stack.kube.set_pod_phase(stack.namespace, name, "Succeeded")
+        await stack.wait_pod(name, finished_cleanly)

@@ -9,6 +9,7 @@ deadline.
 import asyncio
 import contextlib
 import secrets
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from temporalio.service import RPCError
 from temporalio.worker import Replayer
 
 from activities.kube_client import KubeClient, load_configuration
-from bridge import keys
+from bridge import hostlist, keys
 from bridge.node_actions import PARTITION_NOT_FOUND, REGISTERED, owned_by
 from bridge.node_facts import is_busy
 from bridge.slurm_api import JobDescMsg
@@ -491,6 +492,133 @@ async def test_restart_after_a_node_deletion_leaves_other_bridge_jobs_running(ma
                 .get("finalizers")
                 or []
             )
+        )
+    )
+
+
+async def test_restart_after_deleting_an_excluded_node_keeps_pending_bridge_jobs(
+    make_nodes: MakeNodes,
+) -> None:
+    """Upstream #43 with pending jobs: their `excluded_nodes` name a node that Kubernetes then
+    deletes (node sync deletes its Slurm node); slurmctld restarts. Nothing is killed, no pod
+    is deleted, the exclusions no longer name the gone node, and the jobs run later."""
+    # As above: the static partition survives the restart, a feature pins the jobs to this
+    # test's nodes, a high Weight keeps other sessions' jobs off them.
+    # A scheduler name of its own: node sync only ever removes nodes registered under its
+    # name, and other sessions sharing this Slurm register theirs under the default one.
+    scheduler = f"{secrets.token_hex(3)}-scheduler"
+    stack = await make_nodes(scheduler_name=scheduler)
+    shared = stack.make_partition()
+    keep = stack.add_external_node("keep", f"{keys.DEFAULT_PARTITION},{shared.name}", labels={"zone": "a"})
+    gone = stack.add_external_node("gone", f"{keys.DEFAULT_PARTITION},{shared.name}")
+    await stack.sync()
+    for name in (keep, gone):
+        stack.scontrol_update_node(name, "Weight=60000")
+    namespace = stack.prefix
+
+    def pod(name: str, cpu: str) -> Json:
+        # zone=a: the pods cannot run on `gone`, so their jobs exclude it.
+        annotations = {keys.SLURMJOB_PREFIX + "constraints": shared.name}
+        body = make_pod(namespace, name, annotations=annotations, cpu=cpu, scheduler=scheduler)
+        body["spec"]["nodeSelector"] = {"zone": "a"}
+        return stack.kube.create_object("pods", body)
+
+    def current(name: str) -> Json:
+        return stack.kube.get_object("pods", name, namespace) or {}
+
+    def job_of(name: str) -> int | None:
+        label = (current(name).get("metadata", {}).get("labels") or {}).get(keys.LABEL_SLURM_JOB_ID)
+        return int(label) if label else None
+
+    pod("holder", "4")  # all of keep's CPUs
+    await stack.wait_kube(lambda: current("holder").get("spec", {}).get("nodeName"))
+    assert current("holder")["spec"]["nodeName"] == keep
+    holder_job = job_of("holder")
+    assert holder_job is not None
+    stack.jobs.append(holder_job)
+    stack.kube.set_pod_phase(namespace, "holder", "Running")
+
+    waiting = ["waiting-0", "waiting-1"]
+    for name in waiting:
+        pod(name, "1")
+    await stack.wait_kube(lambda: all(job_of(name) for name in waiting))
+    pending_jobs = [job_of(name) or 0 for name in waiting]
+    stack.jobs.extend(pending_jobs)
+
+    async def jobs() -> dict[int, Json]:
+        return {
+            job_id: (await stack.slurm.get_job(job_id)).model_dump(mode="json")
+            for job_id in (holder_job, *pending_jobs)
+        }
+
+    before = await jobs()
+    for job_id in pending_jobs:
+        assert before[job_id]["job_state"] == ["PENDING"], before[job_id]["job_state"]
+        assert gone in hostlist.expand(before[job_id]["excluded_nodes"] or ""), before[job_id]
+
+    stack.kube.delete_object("nodes", gone)
+    await stack.wait_slurm(gone, lambda n: n is None, timeout=30)
+
+    async def exclusions_updated() -> dict[int, Json]:
+        # Slurm has no watch: poll its jobs with a deadline.
+        deadline = time.monotonic() + 30
+        while True:
+            seen = await jobs()
+            if all(gone not in hostlist.expand(seen[j]["excluded_nodes"] or "") for j in pending_jobs):
+                return seen
+            assert time.monotonic() < deadline, (
+                {j: seen[j]["excluded_nodes"] for j in pending_jobs},
+                [
+                    (e["involvedObject"]["name"], e["reason"], e["message"])
+                    for e in stack.kube.objects("events")
+                ],
+            )
+            await asyncio.sleep(0.2)
+
+    await exclusions_updated()
+    await asyncio.to_thread(stack.bed.restart_slurmctld)
+
+    after = await jobs()
+    assert after[holder_job]["job_state"] == ["RUNNING"], after[holder_job]["job_state"]
+    for job_id in pending_jobs:
+        assert after[job_id]["job_state"] == ["PENDING"], after[job_id]["job_state"]
+        assert gone not in hostlist.expand(after[job_id]["excluded_nodes"] or "")
+    for name in ("holder", *waiting):
+        still = current(name)
+        assert still, f"pod {name} was deleted"
+        assert keys.FINALIZER in still["metadata"]["finalizers"]
+        assert not still["metadata"].get("deletionTimestamp"), name
+    assert current("holder")["spec"]["nodeName"] == keep
+    assert (await stack.sync()).planned == []
+
+    # The holder ends; the waiting jobs run on keep (one at a time: an external job takes
+    # the whole node), their pods are bound there and end normally.
+    stack.kube.set_pod_phase(namespace, "holder", "Succeeded")
+
+    def running_unfinished() -> list[str]:
+        return [
+            name
+            for name in waiting
+            if current(name).get("spec", {}).get("nodeName")
+            and current(name).get("status", {}).get("phase") != "Succeeded"
+        ]
+
+    for _ in waiting:
+        try:
+            await stack.wait_kube(running_unfinished, 60)
+        except TimeoutError:
+            seen = await jobs()
+            states = {
+                j: (seen[j]["job_state"], seen[j]["state_reason"], seen[j]["excluded_nodes"]) for j in seen
+            }
+            raise AssertionError(f"not bound: jobs {states}") from None
+        for name in running_unfinished():
+            assert current(name)["spec"]["nodeName"] == keep
+            stack.kube.set_pod_phase(namespace, name, "Succeeded")
+    await stack.wait_kube(
+        lambda: all(
+            keys.FINALIZER not in (current(n)["metadata"].get("finalizers") or [])
+            for n in ("holder", *waiting)
         )
     )
 

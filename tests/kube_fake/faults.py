@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import re
 import threading
 from dataclasses import dataclass, field
@@ -93,12 +94,31 @@ class Hold:
             return self._outcome == "release"
 
 
+@dataclass
+class _RandomRule:
+    """Fail a fraction of the matching requests, with a status drawn from ``statuses``, until removed."""
+
+    method: str
+    pattern: re.Pattern[str]
+    statuses: tuple[int, ...]
+    fraction: float
+    rng: random.Random
+    watches: bool
+    injected: dict[int, int] = field(default_factory=dict)  # status -> count
+
+    def matches(self, method: str, path: str, watch: bool) -> bool:
+        return (
+            (self.watches or not watch) and self.method in ("*", method) and bool(self.pattern.search(path))
+        )
+
+
 class Faults:
     def __init__(self, cond: threading.Condition) -> None:
         # Shares the store's condition so ``wait_for`` can also wait on requests.
         self._cond = cond
         self._rules: list[_Rule] = []
         self._holds: list[Hold] = []
+        self._random: list[_RandomRule] = []
         self._log: list[RecordedRequest] = []
         self._cancel = threading.Event()
 
@@ -173,7 +193,42 @@ class Faults:
     def park(self, hold: Hold) -> bool:
         return hold.park(self._cancel)
 
-    def take(self, method: str, path: str) -> tuple[float, errors.ApiError | None]:
+    def fail_randomly(
+        self,
+        method: str,
+        path_regex: str,
+        statuses: tuple[int, ...],
+        fraction: float,
+        *,
+        seed: int | None = None,
+        watches: bool = True,
+    ) -> _RandomRule:
+        if not statuses or not 0.0 <= fraction <= 1.0:
+            raise ValueError("kube_fake: fail_randomly needs statuses and a fraction in [0, 1]")
+        rule = _RandomRule(
+            method.upper(), re.compile(path_regex), tuple(statuses), fraction, random.Random(seed), watches
+        )
+        with self._cond:
+            self._random.append(rule)
+        return rule
+
+    def stop_random_failures(self) -> dict[int, int]:
+        """Remove every random rule; returns how many answers of each status they injected."""
+        with self._cond:
+            totals = self.injected()
+            self._random.clear()
+        return totals
+
+    def injected(self) -> dict[int, int]:
+        """Answers injected so far by the random rules still in place, per status."""
+        totals: dict[int, int] = {}
+        with self._cond:
+            for rule in self._random:
+                for status, count in rule.injected.items():
+                    totals[status] = totals.get(status, 0) + count
+        return totals
+
+    def take(self, method: str, path: str, *, watch: bool = False) -> tuple[float, errors.ApiError | None]:
         """Consume matching rules: total delay to apply and the error to answer, if any."""
         delay, error = 0.0, None
         with self._cond:
@@ -191,6 +246,15 @@ class Faults:
                         assert error.details is not None
                         error.details["retryAfterSeconds"] = rule.retry_after
             self._rules = [r for r in self._rules if r.remaining > 0]
+            for chance in self._random:
+                if error is not None:
+                    break
+                if chance.matches(method, path, watch) and chance.rng.random() < chance.fraction:
+                    status = chance.rng.choice(chance.statuses)
+                    chance.injected[status] = chance.injected.get(status, 0) + 1
+                    error = errors.generic(status)
+                    if status == 429:  # as API Priority and Fairness answers
+                        error.headers["Retry-After"] = "1"
         return delay, error
 
     def sleep(self, seconds: float) -> None:

@@ -136,7 +136,8 @@ class KubeHandler(BaseHTTPRequestHandler):
             if hold is not None and not hold.applied and not app.faults.park(hold):
                 self.close_connection = True  # dropped: never applied, never answered
                 return
-            delay, injected = app.faults.take(method, url.path)
+            watching = query.get("watch", "").lower() in _TRUE
+            delay, injected = app.faults.take(method, url.path, watch=watching)
             if delay:
                 app.faults.sleep(delay)
             if injected is not None:

@@ -216,6 +216,36 @@ class FakeKubeServer:
         """Take back a hold: no later request is parked by it; a parked one goes on."""
         self.faults.disarm(hold)
 
+    def fail_randomly(
+        self,
+        method: str,
+        path_regex: str,
+        statuses: Iterable[int],
+        fraction: float,
+        *,
+        seed: int | None = None,
+        watches: bool = True,
+    ) -> None:
+        """Answer a random ``fraction`` of the requests matching method ("*" = any)
+        and ``re.search(path_regex, path)`` with a Failure Status whose code is drawn
+        from ``statuses`` (the request is not applied), until ``stop_random_failures``.
+        ``seed`` makes the draws repeatable; ``watches=False`` spares watch requests."""
+        self.faults.fail_randomly(method, path_regex, tuple(statuses), fraction, seed=seed, watches=watches)
+
+    def stop_random_failures(self) -> dict[int, int]:
+        """End every ``fail_randomly`` rule; returns how many answers of each status were injected."""
+        return self.faults.stop_random_failures()
+
+    @property
+    def injected_failures(self) -> dict[int, int]:
+        """Answers injected so far by the ``fail_randomly`` rules in place, per status."""
+        return self.faults.injected()
+
+    def drop_watches(self) -> None:
+        """Break off every open watch stream mid-stream (no final chunk, connection closed),
+        leaving other connections alone: what a client sees when an apiserver restarts."""
+        self.store.drop_watches()
+
     def block_evictions(self, count: int | None = None) -> None:
         """Make the next ``count`` evictions (None: all, until unblocked) fail
         with 429 as if a PodDisruptionBudget forbade them."""

@@ -86,6 +86,7 @@ class Store:
         self.require_namespaces = require_namespaces
         self.closing = False
         self.bookmark_seq = 0
+        self.watch_drop_seq = 0  # bumped by drop_watches(): every open stream breaks off
         self.active_watches = 0  # open watch streams; tests wait on it instead of sleeping
         self._rv = 0
         self._objects: dict[tuple[str, str], dict[tuple[str, str], JSON]] = {}
@@ -391,6 +392,11 @@ class Store:
     def request_bookmarks(self) -> None:
         with self.cond:
             self.bookmark_seq += 1
+            self.cond.notify_all()
+
+    def drop_watches(self) -> None:
+        with self.cond:
+            self.watch_drop_seq += 1
             self.cond.notify_all()
 
     def close(self) -> None:

@@ -47,6 +47,55 @@ def test_fail_next_answers_status_for_matching_requests(kube_fake: FakeKubeServe
     assert error_body(exc.value)["reason"] == "Conflict"
 
 
+def _raw(kube: FakeKubeServer, method: str, path: str, body: Any = None) -> tuple[int, dict[str, Any]]:
+    """One request over plain http.client: no client-side retries hide an answer."""
+    conn = http.client.HTTPConnection(kube.host, kube.port)
+    data = json.dumps(body).encode() if body is not None else None
+    conn.request(method, path, body=data, headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    answer = (resp.status, json.loads(resp.read() or b"{}"))
+    conn.close()
+    return answer
+
+
+def test_fail_randomly_fails_a_fraction_with_the_given_statuses(kube_fake: FakeKubeServer) -> None:
+    kube_fake.fail_randomly("*", r"/pods", (500, 429, 409), 0.25, seed=7)
+    statuses = [_raw(kube_fake, "GET", "/api/v1/namespaces/default/pods")[0] for _ in range(400)]
+    failed = [s for s in statuses if s != 200]
+    assert 60 <= len(failed) <= 140  # about a quarter of 400
+    assert set(failed) == {500, 429, 409}  # each status is drawn
+    assert kube_fake.injected_failures == {s: failed.count(s) for s in (500, 429, 409)}
+    # Other paths are not matched; a failed write is not applied.
+    assert _raw(kube_fake, "GET", "/api/v1/nodes")[0] == 200
+    created = 0
+    for i in range(40):
+        status, _ = _raw(kube_fake, "POST", "/api/v1/namespaces/default/pods", pod_body(f"p{i}"))
+        created += status == 201
+    assert len(kube_fake.objects("pods", "default")) == created < 40
+    status, body = _raw(kube_fake, "GET", "/api/v1/namespaces/default/pods")
+    while status == 200:  # the next failure carries a Status body like a real server's
+        status, body = _raw(kube_fake, "GET", "/api/v1/namespaces/default/pods")
+    assert (body["kind"], body["code"]) == ("Status", status)
+    totals = kube_fake.stop_random_failures()
+    assert sum(totals.values()) >= len(failed) + 40 - created + 1
+    assert all(_raw(kube_fake, "GET", "/api/v1/namespaces/default/pods")[0] == 200 for _ in range(50))
+
+
+def test_fail_randomly_can_spare_watches(kube_fake: FakeKubeServer, core: Client) -> None:
+    kube_fake.fail_randomly("GET", r"/pods$", (500,), 1.0, watches=False)
+    with pytest.raises(ApiException):
+        core.list_namespaced_pod("default")
+    w: Client = watch.Watch()
+    for event in w.stream(core.list_namespaced_pod, "default", resource_version="1", timeout_seconds=1):
+        raise AssertionError(f"no event expected, got {event}")  # the watch itself was answered
+    kube_fake.stop_random_failures()
+    kube_fake.fail_randomly("GET", r"/pods$", (500,), 1.0)  # watches included
+    with pytest.raises(ApiException) as exc:
+        for _ in w.stream(core.list_namespaced_pod, "default", resource_version="1", timeout_seconds=1):
+            pass
+    assert exc.value.status == 500
+
+
 def test_delay_next(kube_fake: FakeKubeServer, core: Client) -> None:
     kube_fake.delay_next("GET", "/api/v1/nodes", 0.3)
     started = time.monotonic()

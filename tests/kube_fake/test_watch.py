@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 
 import kubernetes.client
 import pytest
+import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from tests.kube_fake import FakeKubeServer
@@ -255,3 +256,33 @@ def test_cluster_wide_watch_of_namespaced_kind(core: Client) -> None:
         else:
             w.stop()
     assert seen == [("ADDED", "kube-system"), ("DELETED", "default")]
+
+
+def test_drop_watches_breaks_open_streams_mid_stream(kube_fake: FakeKubeServer, core: Client) -> None:
+    rv = core.create_namespaced_pod("default", pod_body("a")).metadata.resource_version
+    resp = core.list_namespaced_pod(
+        "default", watch=True, resource_version=rv, timeout_seconds=30, _preload_content=False
+    )
+    kube_fake.wait_for(lambda: kube_fake.active_watches == 1)
+    core.create_namespaced_pod("default", pod_body("b"))
+    lines = resp.stream(1024)
+    assert json.loads(next(lines))["object"]["metadata"]["name"] == "b"  # streaming
+    kube_fake.drop_watches()
+    started = time.monotonic()
+    # urllib3 reads the chunked body: a connection closed before the final chunk is an error.
+    with pytest.raises(urllib3.exceptions.ProtocolError, match="ended prematurely"):
+        for _ in lines:
+            pass
+    assert time.monotonic() - started < 2
+    kube_fake.wait_for(lambda: kube_fake.active_watches == 0)
+    # Other requests go on; a watch opened afterwards is not dropped, and resumes where it stopped.
+    assert core.read_namespaced_pod("a", "default").metadata.name == "a"
+    seen = []
+    w: Client = watch.Watch()
+    for event in _stream(core, w, resource_version=rv):
+        seen.append(event["object"].metadata.name)
+        if seen == ["b"]:
+            core.create_namespaced_pod("default", pod_body("c"))
+        else:
+            w.stop()
+    assert seen == ["b", "c"]

@@ -59,6 +59,7 @@ class WatchStream:
         self.explicit_initial = send_initial_events
         self.send_initial = send_initial_events or start_rv is None
         self._write, self._alive = write, alive
+        self._drop_seq = 0
 
     def _bookmark(self, rv: int, initial_end: bool = False) -> bytes:
         obj: JSON = {
@@ -97,6 +98,7 @@ class WatchStream:
             store.active_watches += 1
             store.cond.notify_all()
             seen_bookmarks = store.bookmark_seq
+            self._drop_seq = store.watch_drop_seq
             if self.send_initial:
                 initial, cursor = store.snapshot(self.rt, self.namespace, self.flt), store.rv
             else:
@@ -122,7 +124,10 @@ class WatchStream:
             events: list[StoredEvent] = []
             with store.cond:
                 while True:
-                    if store.closing:
+                    if store.closing or store.watch_drop_seq != self._drop_seq:
+                        # Shutdown, or drop_watches(): cut the stream without its
+                        # final chunk, as a broken connection or a restarted
+                        # apiserver would.
                         return False
                     try:
                         events = store.events_after(cursor)

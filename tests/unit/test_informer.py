@@ -15,7 +15,14 @@ from typing import Any
 
 import pytest
 
-from activities.kube_client import Json, KubeClient, KubeError, api_path
+from activities.kube_client import (
+    HEALTHY_STREAM_SECONDS,
+    QUICK_RETRIES,
+    Json,
+    KubeClient,
+    KubeError,
+    api_path,
+)
 from tests.kube_fake import FakeKubeServer
 from tests.kube_fake.builders import pod_body
 from worker.informer import Backoff, EventType, Informer, missing, uid_key
@@ -214,7 +221,8 @@ async def test_api_errors_back_off_exponentially_until_the_list_succeeds(
     kube: FakeKubeServer, client: KubeClient, caplog: pytest.LogCaptureFixture
 ) -> None:
     create_pod(kube, "a")
-    kube.fail_next("GET", f"^{PODS}$", 500, count=3)
+    # Nine answers: the client repeats a failed read twice at once, so three lists fail.
+    kube.fail_next("GET", f"^{PODS}$", 500, count=3 * (QUICK_RETRIES + 1))
     errors: list[BaseException] = []
     informer = Informer(
         client,
@@ -300,3 +308,32 @@ async def test_pods_can_be_keyed_by_uid(kube: FakeKubeServer, client: KubeClient
     async with running(informer):
         assert await asyncio.wait_for(keys.get(), 5) == {first["metadata"]["uid"]}
     assert events == [("LISTED", first["metadata"]["uid"])]
+
+
+async def test_a_stream_broken_off_after_a_healthy_while_resumes_without_a_re_list(
+    kube: FakeKubeServer, client: KubeClient
+) -> None:
+    seen = Recorder()
+    informer = Informer(client, PODS, on_event=seen.on_event, backoff=Backoff(initial=30, max=30))
+    async with running(informer):
+        await asyncio.wait_for(informer.synced.wait(), 5)
+        before = create_pod(kube, "before")
+        assert await seen.next_event() == ("ADDED", "before")
+        await asyncio.sleep(HEALTHY_STREAM_SECONDS)  # the stream has been up a healthy while
+        kube.drop_watches()
+        create_pod(kube, "after")  # while no stream is open
+        # A 30 s back-off would outlast this wait: it resumed at once, from where it was.
+        assert await seen.next_event() == ("ADDED", "after")
+    assert (informer.lists, informer.failures) == (1, 0)
+    resumed = watch_requests(kube)[-1]["resourceVersion"]
+    assert int(resumed) >= int(before["metadata"]["resourceVersion"])
+
+
+async def test_a_stream_broken_off_at_once_is_a_failure(kube: FakeKubeServer, client: KubeClient) -> None:
+    informer = Informer(client, PODS, on_event=lambda kind, obj: None, backoff=FAST)
+    async with running(informer):
+        await asyncio.wait_for(informer.synced.wait(), 5)
+        await kube.wait_for_async(lambda: kube.active_watches == 1)
+        kube.drop_watches()
+        await kube.wait_for_async(lambda: informer.lists == 2, 5)
+    assert informer.failures == 1

@@ -99,6 +99,68 @@ def test_no_one_but_the_bridge_claims_a_pod_for_a_placement(admission: Admission
     allowed(admission, review(bridge_pod(annotations=claimed), user=BRIDGE_USER))
 
 
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        ({}, {NODE: "node-7"}),  # pointing the pod at a node before the bridge binds it
+        ({NODE: "node-1"}, {}),  # erasing where the bridge placed it
+    ],
+)
+def test_users_cannot_set_or_erase_the_node_annotation(
+    admission: Admission, before: dict[str, str], after: dict[str, str]
+) -> None:
+    old, new = bridge_pod(annotations=before), bridge_pod(annotations=after)
+    assert f"the annotation {NODE} cannot be changed" in denial(
+        admission, review(new, old=old, operation="UPDATE")
+    )
+    allowed(admission, review(new, old=old, operation="UPDATE", user=BRIDGE_USER))
+
+
+@pytest.mark.parametrize(
+    ("field", "key", "value"),
+    [("labels", JOBID, "42"), ("annotations", NODE, "node-1"), ("annotations", PLACEMENT, "placement/x/y")],
+)
+def test_an_update_adding_a_bridge_key_is_refused_on_any_pod(
+    admission: Admission, field: str, key: str, value: str
+) -> None:
+    """Not only the bridge's pods: a pod of another scheduler in an unmanaged namespace,
+    labelled with a job id, would be followed as that job's (and ride on its allocation)."""
+    old = pod(namespace=OTHER_NS, scheduler="default-scheduler")
+    new = pod(namespace=OTHER_NS, scheduler="default-scheduler", **{field: {key: value}})  # type: ignore[arg-type]
+    assert f"{key} cannot be changed" in denial(admission, review(new, old=old, operation="UPDATE"))
+
+
+@pytest.mark.parametrize(
+    "user",
+    [
+        "system:serviceaccount:web:slurm-bridge",  # the bridge's name, another namespace
+        "system:serviceaccount:slurm-bridge:default",  # the bridge's namespace, another account
+        "slurm-bridge",  # a plain user named like it
+        "system:serviceaccount:slurm-bridge:slurm-bridge ",  # a look-alike
+    ],
+)
+def test_only_the_configured_service_account_writes_bridge_keys(admission: Admission, user: str) -> None:
+    forged = bridge_pod(labels={JOBID: "42"}, annotations={NODE: "n", PLACEMENT: "placement/x/y"})
+    message = denial(admission, review(forged, user=user))
+    for key in (JOBID, NODE, PLACEMENT):
+        assert f"{key} is set by slurm-bridge" in message
+    placed = bridge_pod(labels={JOBID: "41"})
+    assert "cannot be changed" in denial(admission, review(forged, old=placed, operation="UPDATE", user=user))
+
+
+def test_the_status_subresource_cannot_change_bridge_keys(admission: Admission) -> None:
+    """pods/status keeps metadata changes on a real API server: no way around the check."""
+    old = bridge_pod(labels={JOBID: "41"})
+    forged = bridge_pod(labels={JOBID: "42"}, annotations={PLACEMENT: "placement/x/y"})
+    message = denial(admission, review(forged, old=old, operation="UPDATE", sub_resource="status"))
+    assert f"the label {JOBID} cannot be changed" in message
+    assert f"the annotation {PLACEMENT} cannot be changed" in message
+    running = bridge_pod(labels={JOBID: "41"})
+    running["status"] = {"phase": "Running"}
+    allowed(admission, review(running, old=old, operation="UPDATE", sub_resource="status"))  # the kubelet's
+    allowed(admission, review(forged, old=old, operation="UPDATE", sub_resource="status", user=BRIDGE_USER))
+
+
 def test_users_may_update_other_labels_of_a_placed_pod(admission: Admission) -> None:
     old = bridge_pod(labels={JOBID: "42"}, annotations={NODE: "a"})
     new = bridge_pod(labels={JOBID: "42", "team": "x"}, annotations={NODE: "a", "note": "y"})
@@ -293,7 +355,9 @@ def test_resizing_other_pods_is_fine(admission: Admission) -> None:
     allowed(admission, review(pod(), old=pod(), operation="UPDATE", sub_resource="resize"))
 
 
-@pytest.mark.parametrize("sub_resource", ["status", "binding", "ephemeralcontainers"])
+# Not status (see test_the_status_subresource_cannot_change_bridge_keys): binding's object is a
+# Binding, and the ephemeralcontainers strategy drops every change but ephemeral containers.
+@pytest.mark.parametrize("sub_resource", ["binding", "ephemeralcontainers"])
 def test_other_subresources_are_not_policed(admission: Admission, sub_resource: str) -> None:
     obj = bridge_pod(labels={JOBID: "9"})
     allowed(admission, review(obj, old=bridge_pod(), operation="UPDATE", sub_resource=sub_resource))

@@ -3,7 +3,21 @@
 import pytest
 
 from tests.webhook.conftest import Admission
-from tests.webhook.reviews import JOB, JOBID, JOBSET, LWS, OTHER_NS, PODGROUP, SCHEDULER, Json, P, review
+from tests.webhook.reviews import (
+    JOB,
+    JOBID,
+    JOBSET,
+    LWS,
+    NODE,
+    OTHER_NS,
+    PODGROUP,
+    SCHEDULER,
+    Json,
+    P,
+    review,
+)
+
+PLACEMENT = "slurm-bridge/placement"
 
 BAD = {P + "timelimit": "soon"}
 
@@ -81,6 +95,18 @@ def test_a_template_with_a_job_id_is_refused_whatever_its_scheduler(admission: A
     t["metadata"]["labels"] = {JOBID: "5"}
     message = admission.validate(review(job(t, {}, namespace=OTHER_NS), gvkr=JOB))["status"]["message"]
     assert f"spec.template.metadata.labels: the label {JOBID} is set by slurm-bridge" in message
+
+
+@pytest.mark.parametrize("key", [NODE, PLACEMENT])
+def test_a_template_with_a_bridge_annotation_is_refused_on_create_and_update(
+    admission: Admission, key: str
+) -> None:
+    forged = template()
+    forged["metadata"]["annotations"] = {key: "x"}
+    message = admission.validate(review(job(forged, {}), gvkr=JOB))["status"]["message"]
+    assert f"spec.template.metadata.annotations: the annotation {key} is set by slurm-bridge" in message
+    update = review(job(forged, {}), old=job(template(), {}), operation="UPDATE", gvkr=JOB)
+    assert not admission.validate(update)["allowed"]
 
 
 def test_a_template_node_name_is_fine_since_mutation_removes_it(admission: Admission) -> None:
