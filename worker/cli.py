@@ -16,7 +16,7 @@ from rich.table import Table
 
 from bridge.models import workflow_id_of
 from worker import logs
-from worker.settings import ConfigurationError, TemporalSettings, load, load_settings
+from worker.settings import ConfigurationError, LeaseSettings, TemporalSettings, load, load_settings
 
 T = TypeVar("T")
 
@@ -182,6 +182,35 @@ def _explain_live(reference: str, kubeconfig: str | None, defaults: Any) -> Any:
 TemporalAddress = Annotated[str | None, typer.Option(help="[TEMPORAL_ADDRESS]")]
 TemporalNamespace = Annotated[str | None, typer.Option(help="[TEMPORAL_NAMESPACE]")]
 AsJson = Annotated[bool, typer.Option("--json", help="machine-readable output")]
+LeaseName = Annotated[str | None, typer.Option(help="the workers' Lease [LEASE_NAME]")]
+LeaseNamespace = Annotated[
+    str | None, typer.Option(help="its namespace [LEASE_NAMESPACE, else the pod's own, else default]")
+]
+
+
+async def _leadership(kubeconfig: str | None, lease_name: str | None, lease_namespace: str | None) -> Any:
+    """Who leads and how its watchers fare, from the Lease (worker/watcher_health.py); best effort."""
+    from activities.kube_client import KubeClient, load_configuration
+    from worker.watcher_health import Leadership, read_leadership
+
+    try:
+        where = load(LeaseSettings, lease_name=lease_name, lease_namespace=lease_namespace)
+    except ConfigurationError as error:
+        fail(str(error))
+    try:
+        kube = KubeClient(await load_configuration(kubeconfig or os.environ.get("KUBECONFIG")))
+    except Exception as error:  # no kubeconfig, no service account
+        ref = f"{where.lease_namespace}/{where.lease_name}"
+        return Leadership(lease=ref, error=f"no Kubernetes: {error}")
+    try:
+        return await read_leadership(kube, where.lease_namespace, where.lease_name)
+    finally:
+        await kube.close()
+
+
+def _print_leadership(leadership: Any, *, err: bool = False) -> None:
+    for line in leadership.describe():
+        typer.echo(line, err=err)
 
 
 def _temporal_settings(address: str | None, namespace: str | None, **more: Any) -> TemporalSettings:
@@ -230,12 +259,15 @@ def status(
     temporal_address: TemporalAddress = None,
     temporal_namespace: TemporalNamespace = None,
     kubeconfig: Annotated[str | None, typer.Option(help="[KUBECONFIG]")] = None,
+    lease_name: LeaseName = None,
+    lease_namespace: LeaseNamespace = None,
     as_json: AsJson = False,
 ) -> None:
     """Where a pod's placement is: phase, Slurm job and state, pending reason, node, workflow link.
 
     Any pod of a group finds the group's placement: the pod's claim annotation names it
     (read from Kubernetes when it can be); otherwise the placement started by that pod.
+    Also the leader replica and its watchers' health, from the workers' Lease.
     """
     from worker.operations import find_placements, placement_state, placements_query
 
@@ -255,17 +287,22 @@ def status(
         link = f"{settings.temporal_ui_url}/namespaces/{settings.temporal_namespace}/workflows/" + quote(
             found[0].workflow_id, safe=""
         )
+        leadership = await _leadership(settings.kubeconfig, lease_name, lease_namespace)
         return {
             "pod": pod,
             "workflow_status": found[0].status,
             **state.model_dump(mode="json"),
             "link": link,
+            "leadership": leadership.model_dump(mode="json"),
         }
 
     report = run_client(run())
     if as_json:
         typer.echo(json.dumps(report, indent=2))
         done()
+    from worker.watcher_health import Leadership
+
+    leadership = Leadership.model_validate(report["leadership"])
     console = Console()
     table = Table(show_header=False, box=None)
     for label, key in (
@@ -285,6 +322,7 @@ def status(
         if value not in (None, "", []):
             table.add_row(f"[bold]{label}[/]", ", ".join(value) if isinstance(value, list) else str(value))
     console.print(table)
+    _print_leadership(leadership)
     done()
 
 
@@ -297,25 +335,35 @@ def list_placements(
     limit: Annotated[int, typer.Option(help="at most this many")] = 100,
     temporal_address: TemporalAddress = None,
     temporal_namespace: TemporalNamespace = None,
+    kubeconfig: Annotated[str | None, typer.Option(help="[KUBECONFIG]")] = None,
+    lease_name: LeaseName = None,
+    lease_namespace: LeaseNamespace = None,
     as_json: AsJson = False,
 ) -> None:
-    """Placements, newest first: `slurm-bridge list --phase Failed` shows what needs attention."""
+    """Placements, newest first: `slurm-bridge list --phase Failed` shows what needs attention.
+
+    Below them, the leader replica and its watchers' health (the workers' Lease); with
+    --json they go to stderr, so stdout stays the list of placements.
+    """
     from worker.operations import find_placements, placements_query
 
-    settings = _temporal_settings(temporal_address, temporal_namespace)
+    settings = _temporal_settings(temporal_address, temporal_namespace, kubeconfig=kubeconfig)
 
-    async def run() -> list[Any]:
+    async def run() -> tuple[list[Any], Any]:
         client = await _connect(settings)
-        return await find_placements(client, placements_query(namespace=namespace, phase=phase), limit=limit)
+        found = await find_placements(client, placements_query(namespace=namespace, phase=phase), limit=limit)
+        return found, await _leadership(settings.kubeconfig, lease_name, lease_namespace)
 
-    found = run_client(run())
+    found, leadership = run_client(run())
     if as_json:
         typer.echo(json.dumps([dataclasses.asdict(p) for p in found], indent=2))
+        _print_leadership(leadership, err=True)
         done()
     table = Table("pod", "phase", "workflow", "Slurm job", "nodes", "started")
     for p in found:
         table.add_row(p.pod, p.phase, p.status, str(p.job_id or ""), ", ".join(p.nodes), p.started)
     Console().print(table)
+    _print_leadership(leadership)
     done()
 
 

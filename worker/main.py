@@ -6,6 +6,7 @@ tests run in-process: the same wiring, only the addresses differ.
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass, field, replace
@@ -42,6 +43,7 @@ from activities.sweep import SweepActivities
 from bridge import search_attributes as sa
 from bridge.policy import PolicyFile
 from bridge.translate import Defaults
+from worker.health import CachedCheck, HealthServer, Readiness
 from worker.job_registry import LiveJobs
 from worker.job_watcher import JobWatcher
 from worker.leader import LeaderElector, LeaderTimings, default_identity
@@ -51,6 +53,7 @@ from worker.node_watcher import NodeWatcher
 from worker.pod_watcher import PodWatcher
 from worker.schedules import NODE_SYNC_SCHEDULE_ID, ensure_node_sync_schedule, ensure_sweep_schedule
 from worker.settings import TemporalSettings, WorkerSettings
+from worker.watcher_health import WatcherHealth, annotation, rfc3339
 from workflows.node_sync import NodeSyncWorkflow
 from workflows.placement import PlacementWorkflow
 from workflows.placement_v1 import PlacementWorkflowV1
@@ -296,6 +299,7 @@ class Bridge:
     slurm: SlurmClient
     settings: WorkerSettings
     node_sync_schedule_id: str = NODE_SYNC_SCHEDULE_ID
+    identity: str = field(default_factory=default_identity)  # this replica, as the Lease names it
     live_jobs: LiveJobs = field(init=False)
     pod_watcher: PodWatcher = field(init=False)
     job_watcher: JobWatcher = field(init=False)
@@ -348,6 +352,10 @@ class Bridge:
             max_cached_workflows=s.temporal_max_cached_workflows,
         )
         self.elector: LeaderElector | None = None
+        self._started = time.time()
+        self._temporal_check = CachedCheck(
+            "Temporal", lambda: self.temporal.service_client.check_health(timeout=timedelta(seconds=3))
+        )
         self._new_watchers()
 
     def _new_watchers(self) -> None:
@@ -391,6 +399,7 @@ class Bridge:
         holds the Lease; another takes over (re-listing everything) when it goes.
         """
         s = self.settings
+        self._started = time.time()
         async with self.worker:
             if not s.leader_election:
                 await self._watch()
@@ -399,10 +408,63 @@ class Bridge:
                 self.kube,
                 s.lease_namespace,
                 s.lease_name,
-                default_identity(),
+                self.identity,
                 LeaderTimings(s.lease_duration, s.renew_deadline, s.retry_period),
+                annotate=lambda: annotation(self.identity, self.watcher_health()),
             )
             await self.elector.run(self._lead)
+
+    @property
+    def watching(self) -> bool:
+        """Whether this replica runs the watchers now."""
+        return self.elector is None or self.elector.is_leader
+
+    def watcher_health(self) -> dict[str, WatcherHealth]:
+        pods, jobs, nodes = self.pod_watcher.informer, self.job_watcher, self.node_watcher.informer
+        return {
+            "pod": WatcherHealth(
+                synced=pods.synced.is_set(),
+                last_success=rfc3339(pods.last_success),
+                failing=pods.failing,
+                errors=pods.failures,
+            ),
+            "job": WatcherHealth(
+                synced=self.pod_watcher.synced.is_set(),  # it follows the jobs the pod watcher listed
+                last_success=rfc3339(jobs.last_success),
+                failing=jobs.failing,
+                errors=jobs.errors,
+            ),
+            "node": WatcherHealth(
+                synced=nodes.synced.is_set(),
+                last_success=rfc3339(nodes.last_success),
+                failing=nodes.failing,
+                errors=nodes.failures,
+            ),
+        }
+
+    async def readiness(self, kube_grace: float = 15.0) -> Readiness:
+        """Whether this replica can serve (worker/health.py says what counts)."""
+        problems = []
+        if not self.worker.is_running:
+            problems.append("the Temporal worker is not running")
+        if (temporal := await self._temporal_check.problem()) is not None:
+            problems.append(temporal)
+        if self.elector is not None:
+            if (election := self.elector.check()) is not None:
+                problems.append(election)
+        else:
+            pods = self.pod_watcher.informer
+            quiet = time.time() - (pods.last_success or self._started)
+            if pods.failing and quiet > kube_grace:
+                problems.append(f"Kubernetes: the pod list/watch has failed for {quiet:.0f}s")
+        detail: dict[str, Any] = {
+            "identity": self.identity,
+            "leader": self.elector.leader if self.elector is not None else None,
+            "watching": self.watching,
+        }
+        if self.watching:
+            detail["watchers"] = {name: health.model_dump() for name, health in self.watcher_health().items()}
+        return Readiness(problems, detail)
 
     async def _lead(self) -> None:
         try:
@@ -455,4 +517,7 @@ async def run_worker(settings: WorkerSettings) -> None:
         )
         await ensure_node_sync_schedule(temporal, settings)
         await ensure_sweep_schedule(temporal, settings)
-        await Bridge(temporal, kube, slurm, settings).run()
+        bridge = Bridge(temporal, kube, slurm, settings)
+        if settings.health_port:
+            await stack.enter_async_context(HealthServer(bridge.readiness, settings.health_port))
+        await bridge.run()

@@ -121,7 +121,36 @@ class TemporalSettings(BaseSettings):
         )
 
 
-class WorkerSettings(TemporalSettings):
+class LeaseSettings(BaseSettings):
+    """Where the leader's Lease is: the worker competes for it, the CLI reads who holds it."""
+
+    model_config = SettingsConfigDict(populate_by_name=True, extra="ignore")
+
+    lease_name: str = Field(
+        "slurm-bridge",
+        pattern=r"^[a-z0-9]([-.a-z0-9]{0,251}[a-z0-9])?$",
+        validation_alias=env("LEASE_NAME", "lease_name"),
+    )
+    lease_namespace: str = Field(
+        "", validate_default=True, validation_alias=env("LEASE_NAMESPACE", "lease_namespace")
+    )
+    service_account_namespace_file: ClassVar[Path] = Path(
+        "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+    )
+
+    @field_validator("lease_namespace")
+    @classmethod
+    def _pod_namespace_by_default(cls, value: str) -> str:
+        if value:
+            return value
+        try:
+            # The namespace of the pod we run in, as mounted with its ServiceAccount token.
+            return cls.service_account_namespace_file.read_text().strip() or "default"
+        except OSError:
+            return "default"
+
+
+class WorkerSettings(TemporalSettings, LeaseSettings):
     slurm_rest_url: str = Field(
         "http://localhost:6820", validation_alias=env("SLURM_REST_URL", "slurm_rest_url")
     )
@@ -179,6 +208,8 @@ class WorkerSettings(TemporalSettings):
         return value
 
     metrics_port: int = Field(9464, ge=0, le=65535, validation_alias=env("METRICS_PORT", "metrics_port"))
+    # /healthz and /readyz for the kubelet's probes (worker/health.py); 0 = off.
+    health_port: int = Field(9465, ge=0, le=65535, validation_alias=env("HEALTH_PORT", "health_port"))
     # Temporal worker tuning, passed to temporalio.worker.Worker as is. The
     # defaults are the SDK's; the cache (workflows kept in memory between
     # tasks, sticky execution) stays bounded, 0 turns it off.
@@ -214,17 +245,6 @@ class WorkerSettings(TemporalSettings):
         10.0, gt=0, le=3600, validation_alias=env("RENEW_DEADLINE", "renew_deadline")
     )
     retry_period: float = Field(2.0, gt=0, le=3600, validation_alias=env("RETRY_PERIOD", "retry_period"))
-    lease_name: str = Field(
-        "slurm-bridge",
-        pattern=r"^[a-z0-9]([-.a-z0-9]{0,251}[a-z0-9])?$",
-        validation_alias=env("LEASE_NAME", "lease_name"),
-    )
-    lease_namespace: str = Field(
-        "", validate_default=True, validation_alias=env("LEASE_NAMESPACE", "lease_namespace")
-    )
-    service_account_namespace_file: ClassVar[Path] = Path(
-        "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
-    )
 
     @field_validator("renew_deadline")
     @classmethod
@@ -241,17 +261,6 @@ class WorkerSettings(TemporalSettings):
         if deadline is not None and not 1.2 * value < deadline:
             raise ValueError(f"1.2 x RETRY_PERIOD must be less than RENEW_DEADLINE ({deadline:g})")
         return value
-
-    @field_validator("lease_namespace")
-    @classmethod
-    def _pod_namespace_by_default(cls, value: str) -> str:
-        if value:
-            return value
-        try:
-            # The namespace of the pod we run in, as mounted with its ServiceAccount token.
-            return cls.service_account_namespace_file.read_text().strip() or "default"
-        except OSError:
-            return "default"
 
     @field_validator("slurm_rest_url")
     @classmethod

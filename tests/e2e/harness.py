@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import sys
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -226,6 +227,12 @@ async def slurm_bridge(stack: Stack, *args: str) -> Any:
     return json.loads(out)
 
 
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 def worker_env(stack: Stack, **extra: str) -> dict[str, str]:
     """The environment a `slurm-bridge worker` process of this stack runs with."""
     s = stack.settings
@@ -239,6 +246,7 @@ def worker_env(stack: Stack, **extra: str) -> dict[str, str]:
         "KUBECONFIG": str(stack.kubeconfig),
         "SLURM_PARTITION": s.partition,
         "JOB_WATCH_INTERVAL": "0.2",
+        "HEALTH_PORT": "0",
         **extra,
     }
 

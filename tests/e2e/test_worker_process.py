@@ -2,7 +2,6 @@
 
 import asyncio
 import contextlib
-import socket
 import sys
 import urllib.request
 from collections.abc import AsyncIterator
@@ -11,15 +10,9 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import StackFactory
-from tests.e2e.harness import Pod, Stack, bound, job_id_of, running_process, worker_env
+from tests.e2e.harness import Pod, Stack, bound, free_port, job_id_of, running_process, worker_env
 
 pytestmark = pytest.mark.slurm
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @contextlib.asynccontextmanager
