@@ -87,6 +87,11 @@ class Faults:
     def delay_next(self, method: str, path_regex: str, seconds: float, count: int = 1) -> None:
         self.add(_Rule(method.upper(), re.compile(path_regex), count, delay=seconds))
 
+    def clear_rules(self) -> None:
+        """Forget every fault not yet used up: the API server is healthy again."""
+        with self._cond:
+            self._rules.clear()
+
     def take(self, method: str, path: str) -> tuple[float, errors.ApiError | None]:
         """Consume matching rules: total delay to apply and the error to answer, if any."""
         delay, error = 0.0, None

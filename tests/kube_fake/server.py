@@ -203,6 +203,10 @@ class FakeKubeServer:
     def delay_next(self, method: str, path_regex: str, seconds: float, count: int = 1) -> None:
         self.faults.delay_next(method, path_regex, seconds, count)
 
+    def clear_faults(self) -> None:
+        """Drop the faults still pending (fail_next, delay_next): an outage that ends."""
+        self.faults.clear_rules()
+
     def block_evictions(self, count: int | None = None) -> None:
         """Make the next ``count`` evictions (None: all, until unblocked) fail
         with 429 as if a PodDisruptionBudget forbade them."""
