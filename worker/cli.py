@@ -16,7 +16,16 @@ from rich.table import Table
 
 from bridge.models import workflow_id_of
 from worker import logs
-from worker.settings import ConfigurationError, LeaseSettings, TemporalSettings, load, load_settings
+from worker.doctor import DoctorSettings
+from worker.setting_flags import with_setting_flags
+from worker.settings import (
+    ConfigurationError,
+    OperatorSettings,
+    TemporalSettings,
+    WorkerSettings,
+    load,
+    load_settings,
+)
 
 T = TypeVar("T")
 
@@ -61,51 +70,18 @@ def fail(message: str) -> NoReturn:
 
 
 @app.command()
+@with_setting_flags(WorkerSettings)
 def worker(
-    temporal_address: Annotated[
-        str | None, typer.Option(help="Temporal frontend host:port [TEMPORAL_ADDRESS]")
-    ] = None,
-    temporal_namespace: Annotated[str | None, typer.Option(help="[TEMPORAL_NAMESPACE]")] = None,
-    temporal_task_queue: Annotated[str | None, typer.Option(help="[TEMPORAL_TASK_QUEUE]")] = None,
-    slurm_rest_url: Annotated[str | None, typer.Option(help="slurmrestd base URL [SLURM_REST_URL]")] = None,
-    slurm_user_name: Annotated[str | None, typer.Option(help="X-SLURM-USER-NAME [SLURM_USER_NAME]")] = None,
-    slurm_jwt_file: Annotated[
-        Path | None,
-        typer.Option(help="file holding the Slurm JWT, re-read on every request [SLURM_JWT_FILE]"),
-    ] = None,
-    kubeconfig: Annotated[
-        str | None, typer.Option(help="kubeconfig file; in-cluster if unset [KUBECONFIG]")
-    ] = None,
-    scheduler_name: Annotated[str | None, typer.Option(help="[SCHEDULER_NAME]")] = None,
-    partition: Annotated[str | None, typer.Option(help="default Slurm partition [SLURM_PARTITION]")] = None,
-    mcs_label: Annotated[str | None, typer.Option(help="[MCS_LABEL]")] = None,
-    job_watch_interval: Annotated[
-        float | None, typer.Option(help="seconds between Slurm job-change queries [JOB_WATCH_INTERVAL]")
-    ] = None,
-    node_sync_interval: Annotated[
-        float | None, typer.Option(help="seconds between scheduled node syncs [NODE_SYNC_INTERVAL]")
-    ] = None,
-    metrics_port: Annotated[int | None, typer.Option(help="Prometheus port, 0 = off [METRICS_PORT]")] = None,
+    overrides: dict[str, Any],
     log_level: Annotated[str, typer.Option(help="debug, info, warning")] = "info",
     log_format: Annotated[str, typer.Option(help="text, or json: one object per line [LOG_FORMAT]")] = "",
 ) -> None:
-    """Run the Temporal worker with the pod and Slurm job watchers."""
+    """Run the Temporal worker with the pod, Slurm job and node watchers.
+
+    Every setting is an environment variable (named in each flag's help) and a flag; a flag wins.
+    """
     try:
-        settings = load_settings(
-            temporal_address=temporal_address,
-            temporal_namespace=temporal_namespace,
-            temporal_task_queue=temporal_task_queue,
-            slurm_rest_url=slurm_rest_url,
-            slurm_user_name=slurm_user_name,
-            slurm_jwt_file=slurm_jwt_file,
-            kubeconfig=kubeconfig,
-            scheduler_name=scheduler_name,
-            partition=partition,
-            mcs_label=mcs_label,
-            job_watch_interval=job_watch_interval,
-            node_sync_interval=node_sync_interval,
-            metrics_port=metrics_port,
-        )
+        settings = load_settings(**overrides)
     except ConfigurationError as error:
         fail(str(error))
     fmt = log_format or os.environ.get("LOG_FORMAT", "text")
@@ -179,31 +155,21 @@ def _explain_live(reference: str, kubeconfig: str | None, defaults: Any) -> Any:
     return asyncio.run(run())
 
 
-TemporalAddress = Annotated[str | None, typer.Option(help="[TEMPORAL_ADDRESS]")]
-TemporalNamespace = Annotated[str | None, typer.Option(help="[TEMPORAL_NAMESPACE]")]
 AsJson = Annotated[bool, typer.Option("--json", help="machine-readable output")]
-LeaseName = Annotated[str | None, typer.Option(help="the workers' Lease [LEASE_NAME]")]
-LeaseNamespace = Annotated[
-    str | None, typer.Option(help="its namespace [LEASE_NAMESPACE, else the pod's own, else default]")
-]
 
 
-async def _leadership(kubeconfig: str | None, lease_name: str | None, lease_namespace: str | None) -> Any:
+async def _leadership(settings: OperatorSettings) -> Any:
     """Who leads and how its watchers fare, from the Lease (worker/watcher_health.py); best effort."""
     from activities.kube_client import KubeClient, load_configuration
     from worker.watcher_health import Leadership, read_leadership
 
     try:
-        where = load(LeaseSettings, lease_name=lease_name, lease_namespace=lease_namespace)
-    except ConfigurationError as error:
-        fail(str(error))
-    try:
-        kube = KubeClient(await load_configuration(kubeconfig or os.environ.get("KUBECONFIG")))
+        kube = KubeClient(await load_configuration(settings.kubeconfig))
     except Exception as error:  # no kubeconfig, no service account
-        ref = f"{where.lease_namespace}/{where.lease_name}"
+        ref = f"{settings.lease_namespace}/{settings.lease_name}"
         return Leadership(lease=ref, error=f"no Kubernetes: {error}")
     try:
-        return await read_leadership(kube, where.lease_namespace, where.lease_name)
+        return await read_leadership(kube, settings.lease_namespace, settings.lease_name)
     finally:
         await kube.close()
 
@@ -213,9 +179,9 @@ def _print_leadership(leadership: Any, *, err: bool = False) -> None:
         typer.echo(line, err=err)
 
 
-def _temporal_settings(address: str | None, namespace: str | None, **more: Any) -> TemporalSettings:
+def _operator_settings(overrides: dict[str, Any]) -> OperatorSettings:
     try:
-        return load(TemporalSettings, temporal_address=address, temporal_namespace=namespace, **more)
+        return load(OperatorSettings, **overrides)
     except ConfigurationError as error:
         fail(str(error))
 
@@ -254,13 +220,10 @@ async def _connect(settings: TemporalSettings) -> Any:
 
 
 @app.command()
+@with_setting_flags(OperatorSettings)
 def status(
+    overrides: dict[str, Any],
     pod: Annotated[str, typer.Argument(help="namespace/name")],
-    temporal_address: TemporalAddress = None,
-    temporal_namespace: TemporalNamespace = None,
-    kubeconfig: Annotated[str | None, typer.Option(help="[KUBECONFIG]")] = None,
-    lease_name: LeaseName = None,
-    lease_namespace: LeaseNamespace = None,
     as_json: AsJson = False,
 ) -> None:
     """Where a pod's placement is: phase, Slurm job and state, pending reason, node, workflow link.
@@ -271,7 +234,7 @@ def status(
     """
     from worker.operations import find_placements, placement_state, placements_query
 
-    settings = _temporal_settings(temporal_address, temporal_namespace, kubeconfig=kubeconfig)
+    settings = _operator_settings(overrides)
     namespace, name = _split_pod(pod)
 
     async def run() -> dict[str, Any]:
@@ -287,7 +250,7 @@ def status(
         link = f"{settings.temporal_ui_url}/namespaces/{settings.temporal_namespace}/workflows/" + quote(
             found[0].workflow_id, safe=""
         )
-        leadership = await _leadership(settings.kubeconfig, lease_name, lease_namespace)
+        leadership = await _leadership(settings)
         return {
             "pod": pod,
             "workflow_status": found[0].status,
@@ -327,17 +290,14 @@ def status(
 
 
 @app.command("list")
+@with_setting_flags(OperatorSettings)
 def list_placements(
+    overrides: dict[str, Any],
     phase: Annotated[
         str | None, typer.Option(help="Translating, Submitted, Pending, Running, Bound, Done, Failed")
     ] = None,
     namespace: Annotated[str | None, typer.Option(help="only pods in this namespace")] = None,
     limit: Annotated[int, typer.Option(help="at most this many")] = 100,
-    temporal_address: TemporalAddress = None,
-    temporal_namespace: TemporalNamespace = None,
-    kubeconfig: Annotated[str | None, typer.Option(help="[KUBECONFIG]")] = None,
-    lease_name: LeaseName = None,
-    lease_namespace: LeaseNamespace = None,
     as_json: AsJson = False,
 ) -> None:
     """Placements, newest first: `slurm-bridge list --phase Failed` shows what needs attention.
@@ -347,12 +307,12 @@ def list_placements(
     """
     from worker.operations import find_placements, placements_query
 
-    settings = _temporal_settings(temporal_address, temporal_namespace, kubeconfig=kubeconfig)
+    settings = _operator_settings(overrides)
 
     async def run() -> tuple[list[Any], Any]:
         client = await _connect(settings)
         found = await find_placements(client, placements_query(namespace=namespace, phase=phase), limit=limit)
-        return found, await _leadership(settings.kubeconfig, lease_name, lease_namespace)
+        return found, await _leadership(settings)
 
     found, leadership = run_client(run())
     if as_json:
@@ -368,22 +328,15 @@ def list_placements(
 
 
 @app.command()
-def retry(
-    pod: Annotated[str, typer.Argument(help="namespace/name")],
-    temporal_address: TemporalAddress = None,
-    temporal_namespace: TemporalNamespace = None,
-    temporal_task_queue: Annotated[str | None, typer.Option(help="[TEMPORAL_TASK_QUEUE]")] = None,
-    kubeconfig: Annotated[str | None, typer.Option(help="[KUBECONFIG]")] = None,
-) -> None:
+@with_setting_flags(OperatorSettings)
+def retry(overrides: dict[str, Any], pod: Annotated[str, typer.Argument(help="namespace/name")]) -> None:
     """Place a pod again after its placement failed (for example once its annotations are fixed)."""
     from activities.kube_client import KubeClient, KubeError, KubeNotFound, api_path, load_configuration
     from activities.kube_reader import KubeReader
     from bridge import grouping
     from worker.operations import RetryRefused, retry_placement
 
-    settings = _temporal_settings(
-        temporal_address, temporal_namespace, temporal_task_queue=temporal_task_queue, kubeconfig=kubeconfig
-    )
+    settings = _operator_settings(overrides)
     namespace, name = _split_pod(pod)
 
     async def run() -> str:
@@ -412,55 +365,16 @@ def retry(
 
 
 @app.command()
-def doctor(
-    temporal_address: TemporalAddress = None,
-    temporal_namespace: TemporalNamespace = None,
-    temporal_tls_cert_file: Annotated[
-        Path | None, typer.Option(help="client certificate (PEM) for mTLS [TEMPORAL_TLS_CERT_FILE]")
-    ] = None,
-    temporal_tls_key_file: Annotated[
-        Path | None, typer.Option(help="its private key (PEM) [TEMPORAL_TLS_KEY_FILE]")
-    ] = None,
-    temporal_tls_ca_file: Annotated[
-        Path | None, typer.Option(help="CA of the server certificate (PEM) [TEMPORAL_TLS_CA_FILE]")
-    ] = None,
-    temporal_tls_server_name: Annotated[
-        str | None,
-        typer.Option(help="name the server certificate is checked against [TEMPORAL_TLS_SERVER_NAME]"),
-    ] = None,
-    temporal_api_key_file: Annotated[Path | None, typer.Option(help="[TEMPORAL_API_KEY_FILE]")] = None,
-    slurm_rest_url: Annotated[str | None, typer.Option(help="[SLURM_REST_URL]")] = None,
-    slurm_user_name: Annotated[str | None, typer.Option(help="[SLURM_USER_NAME]")] = None,
-    slurm_jwt_file: Annotated[Path | None, typer.Option(help="[SLURM_JWT_FILE]")] = None,
-    partition: Annotated[str | None, typer.Option(help="[SLURM_PARTITION]")] = None,
-    mcs_label: Annotated[str | None, typer.Option(help="[MCS_LABEL]")] = None,
-    kubeconfig: Annotated[str | None, typer.Option(help="[KUBECONFIG]")] = None,
-    lease_namespace: Annotated[
-        str | None, typer.Option(help="namespace of the worker's Lease [LEASE_NAMESPACE, else the pod's own]")
-    ] = None,
-    as_json: AsJson = False,
-) -> None:
-    """Check that this worker can reach and use Kubernetes, Slurm and Temporal; exit 1 if anything fails."""
-    from worker.doctor import Check, DoctorSettings, as_json_report, as_text, diagnose, failed
+@with_setting_flags(DoctorSettings)
+def doctor(overrides: dict[str, Any], as_json: AsJson = False) -> None:
+    """Check that this worker can reach and use Kubernetes, Slurm and Temporal; exit 1 if anything fails.
+
+    It reads the worker's settings (environment variables, and the same flags as `worker`).
+    """
+    from worker.doctor import Check, as_json_report, as_text, diagnose, failed
 
     try:
-        settings = load(
-            DoctorSettings,
-            temporal_address=temporal_address,
-            temporal_namespace=temporal_namespace,
-            temporal_tls_cert_file=temporal_tls_cert_file,
-            temporal_tls_key_file=temporal_tls_key_file,
-            temporal_tls_ca_file=temporal_tls_ca_file,
-            temporal_tls_server_name=temporal_tls_server_name,
-            temporal_api_key_file=temporal_api_key_file,
-            slurm_rest_url=slurm_rest_url,
-            slurm_user_name=slurm_user_name,
-            slurm_jwt_file=slurm_jwt_file,
-            partition=partition,
-            mcs_label=mcs_label,
-            kubeconfig=kubeconfig,
-            lease_namespace=lease_namespace,
-        )
+        settings = load(DoctorSettings, **overrides)
         checks = asyncio.run(diagnose(settings))
     except ConfigurationError as error:
         checks = [Check("configuration", "settings", "fail", str(error), "fix the setting it names")]
