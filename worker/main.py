@@ -499,6 +499,7 @@ async def run_worker(settings: WorkerSettings) -> None:
             settings.slurm_rest_url,
             user_name=settings.slurm_user_name,
             token_file=settings.slurm_jwt_file,
+            api_version=settings.slurm_api_version,
             # The runtime serving the SDK's metrics serves the bridge's too.
             observer=slurm_observer(
                 (temporal.service_client.config.runtime or Runtime.default()).metric_meter
@@ -508,11 +509,12 @@ async def run_worker(settings: WorkerSettings) -> None:
         )
         stack.push_async_callback(slurm.close)
         log.info(
-            "worker on task queue %s (Temporal %s/%s, Slurm %s, scheduler %s)",
+            "worker on task queue %s (Temporal %s/%s, Slurm %s REST %s, scheduler %s)",
             settings.temporal_task_queue,
             settings.temporal_address,
             settings.temporal_namespace,
             settings.slurm_rest_url,
+            settings.slurm_api_version,
             settings.scheduler_name,
         )
         await ensure_node_sync_schedule(temporal, settings)

@@ -12,6 +12,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from bridge import keys
 from bridge.policy import PolicyPath
+from bridge.slurm_api import API_VERSION, ApiVersion
 
 
 class ConfigurationError(Exception):
@@ -189,6 +190,11 @@ class WorkerSettings(LeaseSettings, TemporalSettings):
         "http://localhost:6820",
         description="slurmrestd base URL",
         validation_alias=env("SLURM_REST_URL", "slurm_rest_url"),
+    )
+    slurm_api_version: ApiVersion = Field(
+        API_VERSION,
+        description="slurmrestd API version the bridge speaks: v0.0.44 or v0.0.45",
+        validation_alias=env("SLURM_API_VERSION", "slurm_api_version"),
     )
     slurm_user_name: str | None = Field(
         None,

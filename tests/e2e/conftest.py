@@ -33,7 +33,7 @@ async def make_stack(
             )
         kubeconfig = kube.kubeconfig(tmp_path / f"kubeconfig-{len(stacks)}")
         settings = bed_settings(slurm_bed, kubeconfig, task_queue, partition=partition.name, **overrides)
-        slurm = bed_client(slurm_bed)
+        slurm = bed_client(slurm_bed, settings.slurm_api_version)
         stack = Stack(kube, temporal_client, slurm, slurm_bed, partition, settings, kubeconfig)
         stacks.append(stack)
         if bridge:

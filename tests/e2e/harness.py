@@ -25,6 +25,7 @@ from activities.kube_client import KubeClient, api_path
 from activities.slurm_client import SlurmClient
 from bridge import keys
 from bridge.models import PlacementState, PodRef
+from bridge.slurm_api import API_VERSION
 from tests.kube_fake import FakeKubeServer
 from tests.slurm_bed import SlurmTestBed, TestPartition
 from worker.main import Bridge
@@ -50,8 +51,10 @@ def bed_settings(bed: SlurmTestBed, kubeconfig: Path, task_queue: str, **overrid
     )
 
 
-def bed_client(bed: SlurmTestBed) -> SlurmClient:
-    return SlurmClient(bed.rest_url, user_name=bed.user_name, token_file=bed.jwt_file)
+def bed_client(bed: SlurmTestBed, api_version: str = API_VERSION) -> SlurmClient:
+    return SlurmClient(
+        bed.rest_url, user_name=bed.user_name, token_file=bed.jwt_file, api_version=api_version
+    )
 
 
 def make_pod(
@@ -127,9 +130,7 @@ class Stack:
         from activities.kube_client import load_configuration
 
         kube_client = KubeClient(await load_configuration(str(self.kubeconfig)))
-        slurm = SlurmClient(
-            self.slurm_bed.rest_url, user_name=self.slurm_bed.user_name, token_file=self.slurm_bed.jwt_file
-        )
+        slurm = bed_client(self.slurm_bed, self.settings.slurm_api_version)
         # A connection of its own, as a second process would have (one client
         # cannot host two workers on the same task queue).
         temporal = await Client.connect(
@@ -243,6 +244,7 @@ def worker_env(stack: Stack, **extra: str) -> dict[str, str]:
         "SLURM_REST_URL": s.slurm_rest_url,
         "SLURM_USER_NAME": s.slurm_user_name or "",
         "SLURM_JWT_FILE": str(s.slurm_jwt_file),
+        "SLURM_API_VERSION": s.slurm_api_version,
         "KUBECONFIG": str(stack.kubeconfig),
         "SLURM_PARTITION": s.partition,
         "JOB_WATCH_INTERVAL": "0.2",

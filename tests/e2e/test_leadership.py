@@ -22,9 +22,8 @@ from temporalio.client import Client
 from tenacity import AsyncRetrying, stop_after_delay, wait_fixed
 
 from activities.kube_client import KubeClient, load_configuration
-from activities.slurm_client import SlurmClient
 from tests.e2e.conftest import StackFactory
-from tests.e2e.harness import Stack, bound, finished_cleanly, job_id_of
+from tests.e2e.harness import Stack, bed_client, bound, finished_cleanly, job_id_of
 from worker.health import HealthServer
 from worker.main import Bridge
 
@@ -46,9 +45,7 @@ class Running:
 @contextlib.asynccontextmanager
 async def replica(stack: Stack) -> AsyncIterator[Running]:
     kube = KubeClient(await load_configuration(str(stack.kubeconfig)))
-    slurm = SlurmClient(
-        stack.slurm_bed.rest_url, user_name=stack.slurm_bed.user_name, token_file=stack.slurm_bed.jwt_file
-    )
+    slurm = bed_client(stack.slurm_bed, stack.settings.slurm_api_version)
     temporal = await Client.connect(
         stack.temporal.service_client.config.target_host,
         namespace=stack.temporal.namespace,
