@@ -146,6 +146,7 @@ class Stack:
     # -- Kubernetes ------------------------------------------------------------
 
     def create_pod(self, name: str, **kwargs: Any) -> Pod:
+        kwargs.setdefault("scheduler", self.settings.scheduler_name)
         return self.kube.create_object("pods", make_pod(self.namespace, name, **kwargs))
 
     def pod(self, name: str) -> Pod | None:
@@ -247,6 +248,7 @@ def worker_env(stack: Stack, **extra: str) -> dict[str, str]:
         "SLURM_API_VERSION": s.slurm_api_version,
         "KUBECONFIG": str(stack.kubeconfig),
         "SLURM_PARTITION": s.partition,
+        "SCHEDULER_NAME": s.scheduler_name,
         "JOB_WATCH_INTERVAL": "0.2",
         "HEALTH_PORT": "0",
         **extra,
@@ -255,8 +257,12 @@ def worker_env(stack: Stack, **extra: str) -> dict[str, str]:
 
 @contextlib.asynccontextmanager
 async def running_process(*command: str, **options: Any) -> AsyncIterator[asyncio.subprocess.Process]:
-    """A process for the test's duration, stopped as a deployment would: SIGINT, then SIGKILL after 20 s."""
-    process = await asyncio.create_subprocess_exec(*command, stderr=asyncio.subprocess.DEVNULL, **options)
+    """A process for the test's duration, stopped as a deployment would: SIGINT, then SIGKILL after 20 s.
+
+    Its stderr (the worker's log) is dropped unless `stderr` says where it goes.
+    """
+    options.setdefault("stderr", asyncio.subprocess.DEVNULL)
+    process = await asyncio.create_subprocess_exec(*command, **options)
     try:
         yield process
     finally:

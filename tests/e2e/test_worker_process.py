@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import StackFactory
-from tests.e2e.harness import Pod, Stack, bound, free_port, job_id_of, running_process, worker_env
+from tests.e2e.harness import Pod, Stack, bound, free_port, job_id_of, running_process, unique, worker_env
 
 pytestmark = pytest.mark.slurm
 
@@ -29,7 +29,8 @@ async def handle_result(stack: Stack, pod: Pod) -> None:
 
 
 async def test_the_worker_process_places_a_pod_and_serves_metrics(make_stack: StackFactory) -> None:
-    stack = await make_stack(nodes=1, bridge=False)
+    # Its own scheduler name: the process's node sync then touches only this test's node on the shared Slurm.
+    stack = await make_stack(nodes=1, bridge=False, scheduler_name=unique("sched"))
     metrics_port = free_port()
     async with worker_process(stack, metrics_port):
         stack.create_pod("solo")
