@@ -6,21 +6,31 @@ asking again — a 400/403/422 from Kubernetes, a Slurm 404 on update, an answer
 that does not decode — and becomes a non-retryable ApplicationError, so the
 workflow sees it at once and can tell the user, instead of being pinned inside
 an activity that Temporal retries forever.
+
+Slurm away (unreachable, or refusing the token) is a third case for the
+placement's steps (`waits_for_slurm`): once the worker's Slurm-health gate
+confirms it, the step fails at once as SLURM_UNAVAILABLE, marked non-retryable
+so that Temporal hands it to the workflow instead of retrying on its own
+schedule; the workflow waits for the gate's `slurm_available` signal (with a
+safety timer) and then runs the step again. Retryable for the bridge, not for
+Temporal's retry policy.
 """
 
 import functools
 from collections.abc import Awaitable, Callable
-from typing import ParamSpec, TypeVar
+from typing import Concatenate, ParamSpec, Protocol, TypeVar, cast
 
 from pydantic import ValidationError
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from activities.kube_client import KubeError
 from activities.slurm_client import SlurmError
+from activities.slurm_health import SlurmHealth
 
 KUBE_REJECTED = "KubernetesRejected"
 SLURM_REJECTED = "SlurmRejected"
 UNDECODABLE = "UndecodableAnswer"
+SLURM_UNAVAILABLE = "SlurmUnavailable"
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -53,3 +63,39 @@ def classified(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
             raise
 
     return wrapper
+
+
+class HasSlurmHealth(Protocol):
+    @property
+    def slurm_health(self) -> SlurmHealth | None: ...
+
+
+S = TypeVar("S", bound=HasSlurmHealth)
+
+
+def waits_for_slurm(
+    fn: Callable[Concatenate[S, P], Awaitable[R]],
+) -> Callable[Concatenate[S, P], Awaitable[R]]:
+    """A placement step: Slurm confirmed away → SLURM_UNAVAILABLE, for the workflow to wait on.
+
+    A failure the gate's probe does not confirm (one slow answer) stays an ordinary
+    retryable error, retried by Temporal's policy as before.
+    """
+
+    @functools.wraps(fn)
+    async def wrapper(self: S, *args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return await fn(self, *args, **kwargs)
+        except SlurmError as error:
+            health = self.slurm_health
+            if health is None or not await health.confirm(error):
+                raise
+            # Benign: an outage is expected weather, not an activity bug (no traceback per placement).
+            raise ApplicationError(
+                health.reason or str(error),
+                type=SLURM_UNAVAILABLE,
+                non_retryable=True,
+                category=ApplicationErrorCategory.BENIGN,
+            ) from None
+
+    return cast(Callable[Concatenate[S, P], Awaitable[R]], wrapper)

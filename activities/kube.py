@@ -16,6 +16,8 @@ from temporalio.exceptions import ApplicationError
 
 from activities.kube_client import MERGE_PATCH, Json, KubeClient, KubeConflict, KubeNotFound, api_path
 from activities.kube_reader import KubeReader
+from activities.node_source import NODE_NOT_FOUND as NODE_NOT_FOUND  # the v1 workflow's import
+from activities.node_source import ListedNodes, kubernetes_node_names
 from bridge import grouping, keys
 from bridge.models import JobDescription, PlacementRequest, PodRef
 from bridge.policy import PolicyFile
@@ -28,7 +30,6 @@ STRATEGIC_MERGE = "application/strategic-merge-patch+json"
 # ApplicationError types the workflow's retry policies treat as final.
 INVALID_POD = "InvalidPod"
 POD_GONE = "PodGone"
-NODE_NOT_FOUND = "NodeNotFound"
 BOUND_ELSEWHERE = "BoundElsewhere"
 
 
@@ -60,12 +61,13 @@ class KubeActivities:
             return None
         return pod if pod.get("metadata", {}).get("uid") == ref.uid else None
 
-    async def _patch_pod(self, ref: PodRef, patch: Json, *, subresource: str | None = None) -> None:
+    async def _patch_pod(self, ref: PodRef, patch: Json, *, subresource: str | None = None) -> Json:
+        """The pod as the patch left it (the API server answers with it)."""
         # The uid precondition makes the write fail (409) rather than touch a namesake.
         path = api_path("pods", namespace=ref.namespace, name=ref.name, subresource=subresource)
         body = {**patch, "metadata": {**patch.get("metadata", {}), "uid": ref.uid}}
         content = STRATEGIC_MERGE if subresource == "status" else MERGE_PATCH
-        await self.kube.request("PATCH", path, body=body, content_type=content)
+        return await self.kube.request("PATCH", path, body=body, content_type=content)
 
     # -- finalizer ---------------------------------------------------------
 
@@ -147,28 +149,7 @@ class KubeActivities:
     @activity.defn(name="resolve_nodes")
     async def resolve_nodes(self, slurm_nodes: list[str]) -> list[str]:
         """Kubernetes node names for Slurm node names: the slurm-nodename label, else the same name."""
-        listed = await self.kube.request(
-            "GET", api_path("nodes"), query={"labelSelector": keys.LABEL_SLURM_NODE_NAME}
-        )
-        by_label = {
-            item["metadata"]["labels"][keys.LABEL_SLURM_NODE_NAME]: item["metadata"]["name"]
-            for item in listed.get("items", [])
-        }
-        names = []
-        for slurm_name in slurm_nodes:
-            name = by_label.get(slurm_name, slurm_name)
-            if name == slurm_name and slurm_name not in by_label:
-                try:
-                    await self.kube.request("GET", api_path("nodes", name=name))
-                except KubeNotFound:
-                    raise ApplicationError(
-                        f"Slurm allocated node {slurm_name!r}, which matches no Kubernetes node: label the "
-                        f"Kubernetes node with {keys.LABEL_SLURM_NODE_NAME}={slurm_name} or name it the same",
-                        type=NODE_NOT_FOUND,
-                        non_retryable=True,
-                    ) from None
-            names.append(name)
-        return names
+        return await kubernetes_node_names(self.kube, ListedNodes(self.kube), slurm_nodes)
 
     @activity.defn(name="bind_pods")
     async def bind_pods(self, pods: list[PodRef], nodes: list[str]) -> list[PodRef]:

@@ -9,6 +9,7 @@ fields. Every call returns the API server's JSON as a dict.
 
 import json
 import logging
+import os
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -82,8 +83,23 @@ def api_path(
     return base
 
 
+PROXY_VARIABLES = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY")
+
+
+def proxy_from_environment() -> bool:
+    """Whether a proxy is set in the environment (either case, as curl and Go read them)."""
+    return any(os.environ.get(name) or os.environ.get(name.lower()) for name in PROXY_VARIABLES)
+
+
 class KubeClient:
     def __init__(self, configuration: kclient.Configuration) -> None:
+        # The client's aiohttp session trusts the environment by default: then every request
+        # looks for a proxy and reads ~/.netrc through a thread pool, which measured more than
+        # half of a GET's CPU. Only a proxy in the environment needs it; a kubeconfig's
+        # proxy-url is passed per request either way, and no API server takes netrc credentials.
+        session = dict(getattr(configuration, "client_session_kwargs", None) or {})
+        session.setdefault("trust_env", proxy_from_environment())
+        configuration.client_session_kwargs = session
         self._api = kclient.ApiClient(configuration)
 
     async def close(self) -> None:

@@ -26,6 +26,7 @@ from activities.kube_client import (
 )
 from activities.slurm_client import ESLURM_NODES_BUSY, SlurmClient, SlurmNotFound, SlurmRejected
 from bridge import keys
+from bridge.dra import RESOURCE_GROUP, dra_gpu_counts
 from bridge.node_actions import (
     DELETED,
     DRAINED,
@@ -88,13 +89,26 @@ class NodeActivities:
     async def read_node_snapshot(self) -> NodeSnapshot:
         """Both sides in full, or an exception: a partial read must never become a plan."""
         listed = await self.kube.request("GET", api_path("nodes"))
+        dra_gpus = await self._dra_gpus()
         slurm_nodes = await self.slurm.list_nodes()
         partitions = await self.slurm.list_partitions()
+        views = [
+            kube_node_view(node, dra_gpus=dra_gpus.get((node.get("metadata") or {}).get("name", ""), 0))
+            for node in listed.get("items") or []
+        ]
         return NodeSnapshot(
-            kube_nodes=[kube_node_view(node) for node in listed.get("items") or []],
+            kube_nodes=views,
             slurm_nodes=[slurm_node_view(node.model_dump(mode="json")) for node in slurm_nodes],
             partitions=sorted(p.name for p in partitions if p.name),
         )
+
+    async def _dra_gpus(self) -> dict[str, int]:
+        """GPUs a DRA driver of a supported GPU class publishes per node (ResourceSlices)."""
+        try:
+            listed = await self.kube.request("GET", api_path("resourceslices", group=RESOURCE_GROUP))
+        except KubeNotFound:
+            return {}  # resource.k8s.io/v1 not served: no DRA devices
+        return dra_gpu_counts(listed.get("items") or [])
 
     # -- applying ------------------------------------------------------------
 

@@ -22,11 +22,15 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.errors import classified
+from activities.dra import DeviceClaims
+from activities.errors import SLURM_UNAVAILABLE, classified, waits_for_slurm
 from activities.kube import BOUND_ELSEWHERE, KubeActivities, now
-from activities.kube_client import Json, KubeClient, KubeConflict, KubeError, KubeNotFound, api_path
+from activities.kube_client import Json, KubeConflict, KubeError, KubeNotFound, api_path
+from activities.node_source import ListedNodes, NodeSource, kubernetes_node_names
+from activities.pod_group_status import set_scheduled
 from activities.slurm import ENDED_STATES, SlurmActivities, job_event
 from activities.slurm_client import SlurmNotFound, SlurmRejected
+from activities.slurm_health import SlurmHealth
 from bridge import keys
 from bridge.feasibility import excluded_slurm_nodes, group_feasibility
 from bridge.models import (
@@ -51,26 +55,27 @@ INVALID_NODE_NAME = 2018  # Slurm: "Invalid node name specified"
 CAS_ATTEMPTS = 5  # a pod edited by others this often in a row: let the activity retry later
 
 
-async def bridge_nodes(kube: KubeClient) -> list[Json]:
-    """The nodes the bridge places on: registered by node sync, or running slurmd (mapped by label).
-
-    Selected by label, so the cost follows the bridge's nodes, not the cluster's.
-    """
-    nodes: dict[str, Json] = {}
-    for selector in (*keys.LABELS_EXTERNAL_NODE, keys.LABEL_SLURM_NODE_NAME):
-        listed = await kube.request("GET", api_path("nodes"), query={"labelSelector": selector})
-        nodes.update({node["metadata"]["name"]: node for node in listed.get("items", [])})
-    return list(nodes.values())
-
-
 class PlacementActivities:
-    def __init__(self, kube: KubeActivities, slurm: SlurmActivities) -> None:
+    def __init__(
+        self,
+        kube: KubeActivities,
+        slurm: SlurmActivities,
+        nodes: NodeSource | None = None,
+        slurm_health: SlurmHealth | None = None,
+    ) -> None:
         self.kube = kube
         self.slurm = slurm
+        # The worker's watched cache of the bridge's nodes; listed on each use without one.
+        self.nodes = nodes or ListedNodes(kube.kube)
+        self.claims = DeviceClaims(kube.kube, slurm.slurm)
+        # The worker's Slurm-health gate: with it, a step that finds Slurm away fails at once
+        # as SlurmUnavailable and its placement waits for the gate (activities/errors.py).
+        self.slurm_health = slurm_health
 
     # -- prepare and submit ----------------------------------------------------
 
     @activity.defn(name="prepare_and_submit")
+    @waits_for_slurm
     @classified
     async def prepare_and_submit(self, given: PrepareInput) -> Prepared:
         """Claim the pods, translate them, submit (or adopt) the job and label the pods with it."""
@@ -100,6 +105,7 @@ class PlacementActivities:
             if feasibility.summary != given.reported:
                 await self.kube.set_unschedulable(request.pods, "Unschedulable", feasibility.summary)
                 await self.kube.record_event(request.pods, "FailedScheduling", feasibility.summary, True)
+                await set_scheduled(self.kube.kube, pods[0], False, feasibility.summary, stamp=now())
             return Prepared(submitted=False, pods=request.pods, unschedulable=feasibility.summary)
         job = await self.kube.build_job(request, pods, excluded_nodes=excluded_slurm_nodes(feasibility))
         recovery = given.recovery or activity.info().attempt > 1
@@ -127,7 +133,7 @@ class PlacementActivities:
         )
 
     async def _bridge_nodes(self) -> list[Json]:
-        return await bridge_nodes(self.kube.kube)
+        return await self.nodes.bridge_nodes()
 
     async def _submit(
         self, job: JobDescription, placement_id: str, *, since: int, recovery: bool
@@ -168,12 +174,11 @@ class PlacementActivities:
                 }
             }
             try:
-                await self.kube._patch_pod(ref, patch)
+                return await self.kube._patch_pod(ref, patch)  # the claimed pod: no need to read it again
             except KubeNotFound:
                 return None
             except KubeConflict:
                 continue  # edited meanwhile: read again
-            return await self.kube.read_pod(ref)
         raise KubeConflict(409, "Conflict", f"pod {ref.key} kept changing while it was claimed")
 
     async def _unclaim(self, pods: list[PodRef]) -> None:
@@ -182,6 +187,7 @@ class PlacementActivities:
     # -- bind --------------------------------------------------------------------
 
     @activity.defn(name="bind")
+    @waits_for_slurm
     @classified
     async def bind(self, given: BindInput) -> BindResult:
         """Bind pod i to allocated node i, if the job is (still) running; the job as read decides."""
@@ -189,7 +195,7 @@ class PlacementActivities:
         if not job.running or len(job.nodes) < len(given.pods):
             return BindResult(job=job)
         slurm_nodes = job.nodes[: len(given.pods)]
-        nodes = await self.kube.resolve_nodes(slurm_nodes)
+        nodes = await kubernetes_node_names(self.kube.kube, self.nodes, slurm_nodes)
         leaving = await self._leaving(nodes, given.job_id)
         if leaving and not given.force:
             # Slurm hands a node on the moment a job ends; its pods may still be stopping.
@@ -197,14 +203,43 @@ class PlacementActivities:
                 float((p.get("spec") or {}).get("terminationGracePeriodSeconds") or 30) for p in leaving
             )
             return BindResult(job=job, waiting_for=sorted(_key(p) for p in leaving), grace_seconds=grace)
+        # DRA pods: their claims name the devices Slurm chose; all are worked out before any binding.
+        pods = [(ref, pod) for ref in given.pods if (pod := await self.kube.read_pod(ref)) is not None]
+        present = {ref.uid for ref, _ in pods}
+        alive = [
+            (ref, s, n)
+            for ref, s, n in zip(given.pods, slurm_nodes, nodes, strict=True)
+            if ref.uid in present
+        ]
+        try:
+            pinned = await self.claims.pin_all(
+                pods, given.job_id, [s for _, s, _ in alive], [n for _, _, n in alive]
+            )
+        except SlurmRejected:
+            job = await self._read_job(given.job_id)
+            if not job.running:
+                return BindResult(job=job)  # it ended meanwhile: Slurm has no layout for it any more
+            raise
+        claims = []
+        for claim in pinned:
+            name = await self.claims.write(claim)
+            claims.append(f"{claim.ref.namespace}/{name}")
+            log.info("pod %s: ResourceClaim %s pins Slurm's devices", claim.ref.key, name)
+        # A pod read above is bound from that read, unless its claim was just written (it changed).
+        as_read = {ref.uid: pod for ref, pod in pods if ref.uid not in {c.ref.uid for c in pinned}}
+        read: list[Json] = []
         for ref, node in zip(given.pods, nodes, strict=True):
-            await self._bind(ref, node, given.scheduler_name or self.kube.settings.scheduler_name)
+            scheduler = given.scheduler_name or self.kube.settings.scheduler_name
+            pod = await self._bind(ref, node, scheduler, as_read.get(ref.uid))
+            read += [pod] if pod is not None else []
         message = f"Slurm job {job.job_id} allocated {', '.join(slurm_nodes)}; bound to {', '.join(nodes)}"
         if leaving:
             message += f", although {', '.join(sorted(_key(p) for p in leaving))} had not stopped in time"
         for ref in given.pods:
             await self.kube._event(ref, "Bound", message, bool(leaving))
-        return BindResult(job=job, slurm_nodes=slurm_nodes, nodes=nodes)
+        if read:
+            await set_scheduled(self.kube.kube, read[0], True, message, stamp=now())
+        return BindResult(job=job, slurm_nodes=slurm_nodes, nodes=nodes, claims=claims)
 
     async def _leaving(self, nodes: list[str], job_id: int) -> list[Json]:
         """Pods on these nodes of another bridge job that is over, not yet stopped: they hold the node."""
@@ -228,16 +263,19 @@ class PlacementActivities:
         # A job Slurm still runs shares the node by Slurm's own decision; an ended or forgotten one does not.
         return [pod for pod in others if not _running(states.get(job_id_label(pod) or 0))]
 
-    async def _bind(self, ref: PodRef, node: str, scheduler_name: str) -> None:
+    async def _bind(
+        self, ref: PodRef, node: str, scheduler_name: str, read: Json | None = None
+    ) -> Json | None:
+        """Bind the pod to the node (from `read` if given); the pod as read (None when it went away)."""
         for _ in range(CAS_ATTEMPTS):
-            pod = await self.kube.read_pod(ref)
+            pod, read = read or await self.kube.read_pod(ref), None
             if pod is None or pod["metadata"].get("deletionTimestamp"):
-                return  # the workflow learns of it from the pod watcher
+                return None  # the workflow learns of it from the pod watcher
             spec, meta = pod.get("spec") or {}, pod["metadata"]
             current = spec.get("nodeName")
             if current:
                 if current == node:
-                    return  # an earlier attempt got there
+                    return pod  # an earlier attempt got there
                 raise ApplicationError(
                     f"pod {ref.key} is already bound to {current}, not to the allocated node {node}",
                     type=BOUND_ELSEWHERE,
@@ -257,7 +295,7 @@ class PlacementActivities:
             try:
                 await self.kube._patch_pod(ref, patch)
             except KubeNotFound:
-                return
+                return None
             except KubeConflict:
                 continue
             binding = {
@@ -273,15 +311,16 @@ class PlacementActivities:
                     body=binding,
                 )
             except KubeNotFound:
-                return
+                return None
             except KubeConflict:
                 continue  # bound meanwhile (an earlier attempt, another replica): check which node
-            return
+            return pod
         raise KubeConflict(409, "Conflict", f"pod {ref.key} kept changing while it was bound")
 
     # -- release -----------------------------------------------------------------
 
     @activity.defn(name="release")
+    @waits_for_slurm
     @classified
     async def release(self, given: ReleaseInput) -> list[str]:
         """Tell the pods why, give back the Slurm job or the pods, then drop the finalizer.
@@ -300,6 +339,11 @@ class PlacementActivities:
                     blocked.append(ref.key)
         else:
             await self.kube.record_event(given.pods, given.reason, given.message, given.warning)
+        # The claims pinned Slurm's devices to the pods; the job no longer holds them. The
+        # placement names the claims it wrote; only one that cannot (it ran on older code) looks.
+        if given.claims is None or given.claims:
+            for name in await self.claims.delete_for(given.pods):
+                log.info("ResourceClaim %s deleted", name)
         await self.kube.remove_finalizer(given.pods)
         return blocked
 
@@ -360,8 +404,11 @@ class PlacementActivities:
         message = message or f"Slurm job {job_id} is pending: {reason}"
         await self.kube.set_unschedulable(pods, reason, message)
         await self.kube.record_event(pods, event_reason, message, False)
+        if event_reason == "SlurmJobPending" and pods and (pod := await self.kube.read_pod(pods[0])):
+            await set_scheduled(self.kube.kube, pod, False, message, stamp=now())
 
     @activity.defn(name="update_pending_job")
+    @waits_for_slurm
     @classified
     async def update_pending_job(self, request: PlacementRequest, job_id: int) -> dict[str, str]:
         """The user changed the job's annotations while Slurm still waits: update the job.
@@ -393,10 +440,19 @@ class PlacementActivities:
         return annotations
 
     @activity.defn(name="check_job")
+    @waits_for_slurm
     @classified
     async def check_job(self, job_id: int) -> JobEvent:
         """The safety re-check: Slurm's word on the job, when no signal came for long."""
         return await self._read_job(job_id)
+
+    @activity.defn(name="report_slurm_unavailable")
+    @classified
+    async def report_slurm_unavailable(self, pods: list[PodRef], message: str, condition: bool) -> None:
+        """Why the pods wait while Slurm is away: a Warning Event, and PodScheduled=False if not bound."""
+        if condition:
+            await self.kube.set_unschedulable(pods, SLURM_UNAVAILABLE, message)
+        await self.kube.record_event(pods, SLURM_UNAVAILABLE, message, True)
 
     @activity.defn(name="tell_pods")
     @classified
@@ -424,6 +480,7 @@ class PlacementActivities:
             self.update_pending_job,
             self.check_job,
             self.tell_pods,
+            self.report_slurm_unavailable,
         ]
 
 

@@ -8,27 +8,22 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.slurm_client import SlurmClient, SlurmNotFound, SlurmRejected
-from bridge.models import PLACEMENT_ID_PREFIX, JobDescription, JobEvent, SubmitResult, admin_comment_pods
+from bridge.models import (
+    ENDED_JOB_STATES,
+    PLACEMENT_ID_PREFIX,
+    JobDescription,
+    JobEvent,
+    SubmitResult,
+    admin_comment_pods,
+)
 from bridge.slurm_api import JobDescMsg
 
 # Temporal's activity logger: each line carries the workflow and activity ids.
 log = activity.logger
 
 SLURM_REJECTED = "SlurmRejected"
-# Job states after which Slurm holds nothing for the pods any more.
-ENDED_STATES = frozenset(
-    {
-        "CANCELLED",
-        "COMPLETED",
-        "FAILED",
-        "TIMEOUT",
-        "NODE_FAIL",
-        "PREEMPTED",
-        "BOOT_FAIL",
-        "DEADLINE",
-        "OUT_OF_MEMORY",
-    }
-)
+# Job states after which Slurm holds nothing for the pods any more (one list, in bridge/models.py).
+ENDED_STATES = ENDED_JOB_STATES
 
 
 def placement_of(job: BaseModel | Mapping[str, Any]) -> str | None:
@@ -51,6 +46,7 @@ def job_event(job: BaseModel | Mapping[str, Any]) -> JobEvent:
         states=list(info.get("job_state") or []),
         reason=str(info.get("state_reason") or ""),
         nodes=nodes,
+        restarts=int(info.get("restart_cnt") or 0),
     )
 
 

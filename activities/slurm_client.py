@@ -46,7 +46,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, NamedTuple, Self, TypeVar
+from typing import Any, NamedTuple, Protocol, Self, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -254,8 +254,22 @@ _Params = Mapping[str, str] | httpx.QueryParams
 _Tolerate = Callable[[int, tuple[SlurmErrorDetail, ...]], bool]
 
 
+class SlurmGate(Protocol):
+    """Says whether requests may be sent (activities/slurm_health.py's SlurmHealth)."""
+
+    def refusal(self, operation: str) -> "SlurmUnavailable | None": ...
+
+    def suspect(self, error: SlurmError) -> None: ...
+
+
 class SlurmClient:
-    """slurmrestd (v0.0.44, or v0.0.45) over one pooled HTTP client; async, use as `async with`."""
+    """slurmrestd (v0.0.44, or v0.0.45) over one pooled HTTP client; async, use as `async with`.
+
+    With a `gate` (the worker's SlurmHealth), a request is not sent while the gate
+    says Slurm is away, and a request that finds Slurm away tells the gate.
+    """
+
+    gate: SlurmGate | None = None
 
     def __init__(
         self,
@@ -463,11 +477,23 @@ class SlurmClient:
         data = await self._call("GET", "/partitions/")
         return _parse(V0044OpenapiPartitionResp, data, "GET /partitions/").partitions or []
 
-    async def ping(self) -> list[V0044ControllerPing]:
+    async def ping(self, *, gated: bool = True) -> list[V0044ControllerPing]:
         """Each controller's answer. `responding` is False both when slurmctld is down
         and when the token is bad: slurmrestd answers 200 to /ping/ either way."""
-        data = await self._call("GET", "/ping/")
+        data = await self._call("GET", "/ping/", gated=gated)
         return _parse(V0044OpenapiPingArrayResp, data, "GET /ping/").pings or []
+
+    async def probe(self) -> None:
+        """The health probe (sent even while the gate is closed): SlurmError unless a
+        controller responds to slurmrestd with this token."""
+        pings = await self.ping(gated=False)
+        if not any(ping.responding for ping in pings):
+            asked = ", ".join(p.hostname or "?" for p in pings) or "none configured"
+            raise SlurmUnavailable(
+                f"no controller ({asked}) responds to slurmrestd: slurmctld is down or the token is refused",
+                operation="GET /ping/",
+                status=200,
+            )
 
     # Plumbing
 
@@ -482,8 +508,14 @@ class SlurmClient:
         unspecified: type[SlurmError] = SlurmUnavailable,
         tolerate: _Tolerate | None = None,
         timeout: httpx.Timeout | None = None,
+        gated: bool = True,
     ) -> dict[str, Any]:
         """One request; its JSON object, or the SlurmError it amounts to."""
+        gate = self.gate if gated else None
+        if gate is not None and (refused := gate.refusal(operation_template(method, path))) is not None:
+            if self.observer is not None:
+                self.observer(operation_template(method, path), "NotSent", 0.0)
+            raise refused
         started = time.perf_counter()
         outcome = "ok"
         try:
@@ -499,6 +531,8 @@ class SlurmClient:
             )
         except SlurmError as error:
             outcome = type(error).__name__
+            if gate is not None:
+                gate.suspect(error)
             raise
         finally:
             if self.observer is not None:

@@ -424,6 +424,16 @@ def group_feasibility(
     return Feasibility(tuple(feasible), tuple(infeasible))
 
 
+# The labels that make a Kubernetes node one of the bridge's (registered by node sync, or running slurmd).
+BRIDGE_NODE_LABELS: tuple[str, ...] = (*keys.LABELS_EXTERNAL_NODE, keys.LABEL_SLURM_NODE_NAME)
+
+
+def is_bridge_node(node: Node) -> bool:
+    """Whether the node is one the bridge places on: the nodes `group_feasibility` is given."""
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    return any(label in labels for label in BRIDGE_NODE_LABELS)
+
+
 def excluded_slurm_nodes(result: Feasibility) -> list[str] | None:
     """The Slurm job's `excluded_nodes`: Slurm names of the infeasible nodes, sorted; None if none."""
     return sorted({e.slurm_node for e in result.infeasible}) or None

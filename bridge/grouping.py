@@ -4,7 +4,9 @@ Precedence, as upstream: a built-in PodGroup (`spec.schedulingGroup`), then a
 coscheduling PodGroup (label `scheduling.x-k8s.io/pod-group`), then the
 controller owner chain (LeaderWorkerSet groups; Job and JobSet give per-pod
 jobs with their annotations and deadline; any other controller gives per-pod
-jobs with the highest readable controller's annotations).
+jobs with the highest readable controller's annotations). A pod naming a
+PodGroup of either kind that does not exist raises `PodGroupNotFound`: like
+kube-scheduler, the bridge keeps it waiting for its group, never placing it alone.
 
 Reads go through a `Reader`, so the worker (Kubernetes API), and `explain`
 (objects from a file) resolve groups with exactly the same code.
@@ -61,6 +63,19 @@ READABLE = {
 
 class GroupError(ValueError):
     """The pod's group cannot be resolved; the message is for the pod's Events."""
+
+
+class PodGroupNotFound(GroupError):
+    """The pod names a PodGroup that does not exist (yet): it waits for it, as kube-scheduler's pods do."""
+
+    def __init__(self, kind: "Kind", namespace: str, name: str, named_by: str) -> None:
+        super().__init__(
+            f"PodGroup {namespace}/{name} ({kind.api_version}) named by {named_by} does not exist; "
+            "the pod waits for it and is placed with its group once it is created"
+        )
+        self.kind = kind
+        self.namespace = namespace
+        self.name = name
 
 
 class Reader(Protocol):
@@ -157,8 +172,12 @@ async def resolve(reader: Reader, pod: Json) -> Group:
     pod_group_name = labels.get(LABEL_POD_GROUP)
     if pod_group_name:
         pod_group = await reader.get(COSCHEDULING_PODGROUP, namespace, pod_group_name)
-        if pod_group is not None:
-            return _coscheduling(pod_group, namespace, pod_group_name)
+        if pod_group is None:
+            # Never placed alone: the coscheduling plugin keeps such a pod waiting for its group.
+            raise PodGroupNotFound(
+                COSCHEDULING_PODGROUP, namespace, pod_group_name, f"label {LABEL_POD_GROUP}"
+            )
+        return _coscheduling(pod_group, namespace, pod_group_name)
 
     chain = await _owner_chain(reader, pod)
     supported = [
@@ -230,7 +249,7 @@ def _leader_worker_set(lws: Json, pod: Json, namespace: str) -> Group:
 async def _builtin_pod_group(reader: Reader, pod: Json, namespace: str, name: str) -> Group:
     pod_group = await reader.get(BUILTIN_PODGROUP, namespace, name)
     if pod_group is None:
-        raise GroupError(f"PodGroup {namespace}/{name} named by spec.schedulingGroup does not exist")
+        raise PodGroupNotFound(BUILTIN_PODGROUP, namespace, name, "spec.schedulingGroup")
     # Annotations merge PodGroup → controller (e.g. the Job) → Workload; the later wins.
     annotations: dict[str, str] = dict(_meta(pod_group).get("annotations") or {})
     chain = await _owner_chain(reader, pod)

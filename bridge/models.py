@@ -160,6 +160,9 @@ class PlacementRequest(Frozen):
     # How long one step (an activity and its retries) may keep failing before the pods are told
     # (PlacementStuck) and it is tried again at workflow level.
     step_bound_seconds: float = 300.0
+    # A step's attempt that has not heartbeaten this long is tried again elsewhere: its worker died
+    # (a worker heartbeats only for attempts that run a third of this long, worker/heartbeat.py).
+    step_heartbeat_seconds: float = 15.0
     # Continue-as-new beyond this many history events (Temporal's limit is 51,200; tests go lower).
     history_events_limit: int = 2_000
     # What the starter saw of the pods (applied before run(): no start signal needed).
@@ -189,6 +192,20 @@ class PodEvent(Frozen):
 
 
 JobStateName = str
+# A job in one of these states is over for good (a requeued one starts again as a new run).
+ENDED_JOB_STATES = frozenset(
+    {
+        "CANCELLED",
+        "COMPLETED",
+        "FAILED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "OUT_OF_MEMORY",
+    }
+)
 
 
 class JobEvent(Frozen):
@@ -199,6 +216,7 @@ class JobEvent(Frozen):
     reason: str = ""
     nodes: list[str] = Field(default_factory=list)  # Slurm node names, in allocation order
     gone: bool = False  # Slurm no longer knows the job
+    restarts: int = 0  # Slurm's restart_cnt: a requeued job starts over (pending again)
 
     @property
     def running(self) -> bool:
@@ -207,6 +225,19 @@ class JobEvent(Frozen):
     @property
     def pending(self) -> bool:
         return not self.gone and "PENDING" in self.states
+
+    @property
+    def progress(self) -> tuple[int, int]:
+        """How far the job has come; a view of a job never goes back (reads and signals may cross)."""
+        if self.gone:
+            stage = 3
+        elif ENDED_JOB_STATES.intersection(self.states):
+            stage = 2
+        elif self.pending or not self.states:
+            stage = 0
+        else:
+            stage = 1  # running, or on its way out of it (completing, suspended…)
+        return (self.restarts, stage)
 
     @property
     def summary(self) -> str:
@@ -264,8 +295,10 @@ class PlacementState(BaseModel):
     pending_reason: str = ""
     nodes: list[str] = Field(default_factory=list)  # Slurm node names, as allocated
     kube_nodes: list[str] = Field(default_factory=list)  # the Kubernetes nodes the pods are bound to
+    claims: list[str] = Field(default_factory=list)  # ResourceClaims pinning Slurm's devices, "ns/name"
     failure: str = ""
     end_reason: str = ""  # why the job ended under running pods (PreemptedBySlurm, SlurmTimeLimit, …)
+    slurm_unavailable: str = ""  # while a step waits for Slurm to answer again: why it does not
     history: list[PhaseChange] = Field(default_factory=list)
 
 
@@ -311,6 +344,7 @@ class BindResult(Frozen):
     # Not bound yet: pods of an ended bridge job still terminate on the allocated nodes.
     waiting_for: list[str] = Field(default_factory=list)  # "ns/name"
     grace_seconds: float = 0.0  # the longest grace period among them
+    claims: list[str] = Field(default_factory=list)  # ResourceClaims written for DRA pods, "ns/name"
 
 
 class ReleaseInput(Frozen):
@@ -326,6 +360,10 @@ class ReleaseInput(Frozen):
     condition: bool = False  # also PodScheduled=False with reason and message (a failed placement)
     # With remove_pods: delete instead of evict (a PodDisruptionBudget blocked eviction for too long).
     force_delete: bool = False
+    # The ResourceClaims the placement wrote ([]: none, so none is looked for); None: the caller
+    # did not keep them, so the pods' claims are looked up. (A placement bound before DRA
+    # support carries [], rightly: its bind wrote no claim.)
+    claims: list[str] | None = None
 
 
 class PlacementCarry(BaseModel):

@@ -14,6 +14,7 @@ from fractions import Fraction
 from typing import Any
 
 from bridge import keys
+from bridge.dra import DRA_GPUS
 from bridge.node_actions import (
     PARTITION_NOT_FOUND,
     REGISTRATION_FAILED,
@@ -48,8 +49,12 @@ _SLURM_NAME = re.compile(r"[A-Za-z0-9_.-]{1,253}")
 # -- trimming: only what the plan reads crosses Temporal ----------------------
 
 
-def kube_node_view(node: Mapping[str, Any]) -> Json:
-    """A Kubernetes Node cut down to the fields the plan reads, in the API's own shape."""
+def kube_node_view(node: Mapping[str, Any], *, dra_gpus: int = 0) -> Json:
+    """A Kubernetes Node cut down to the fields the plan reads, in the API's own shape.
+
+    `dra_gpus`: the GPUs DRA drivers publish for the node (ResourceSlices), kept in
+    the bridge-internal status field `draGpus` when there are any.
+    """
     meta = node.get("metadata") or {}
     labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
     spec, status = node.get("spec") or {}, node.get("status") or {}
@@ -82,6 +87,7 @@ def kube_node_view(node: Mapping[str, Any]) -> Json:
                 if c.get("type") == "Ready"
             ],
             "addresses": [a for a in status.get("addresses") or [] if a.get("type") == "InternalIP"],
+            **({DRA_GPUS: dra_gpus} if dra_gpus else {}),
         },
     }
 
@@ -246,7 +252,10 @@ def desired_registration(
     allocatable = status.get("allocatable") or {}
     cpus = _whole(allocatable, "cpu", 1, problems)
     real_memory = _whole(allocatable, "memory", MIB, problems)
-    gpus = sum(math.floor(q) for r in keys.GPU_RESOURCES if (q := _quantity(allocatable, r, problems)))
+    plugin_gpus = sum(math.floor(q) for r in keys.GPU_RESOURCES if (q := _quantity(allocatable, r, problems)))
+    # A DRA GPU driver publishes the same GPUs as ResourceSlices (read with the snapshot); a
+    # node running both it and the device plugin has them once, not twice.
+    gpus = max(plugin_gpus, int(status.get(DRA_GPUS) or 0))
     addresses = [a.get("address", "") for a in status.get("addresses") or [] if a.get("type") == "InternalIP"]
     address = _first_ip(addresses)
     if address is None:

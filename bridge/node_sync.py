@@ -15,10 +15,12 @@ else the node's own name):
 - labelled `scheduler.slinky.slurm.net/external-node` (or upstream docs'
   `scheduler.slinky.slurm.net/slurm-bridge-external-node`): registered as an external
   Slurm node (once schedulable and Ready), marked ours in the node's comment.
-  Partitions (= features) and CPUs/memory can only change by re-registering
-  (slurmctld puts a node into NodeSet partitions only when it is created):
-  delete and create once no job runs there (a busy node is drained meanwhile).
-  Topology, address and GPUs are updated in place.
+  Partitions (= features), CPUs/memory and the GPU count can only change by
+  re-registering (slurmctld puts a node into NodeSet partitions only when it is
+  created, and with gres.conf it refuses a new GPU count on an existing node: 422,
+  error 2072): delete and create once no job runs there (a busy node is drained
+  meanwhile, so no new job takes GPUs that may be going away).
+  Topology and address are updated in place.
 - an external Slurm node marked ours whose Kubernetes node lost the label (or is
   gone): drain, wait until no job runs, delete. Nothing else is ever deleted.
 - slurmd nodes are never registered over, drained for removal or deleted: a
@@ -272,6 +274,9 @@ def _reshape(registration: Registration, slurm: Json) -> str:
         changes.append(
             f"partitions {','.join(current) or '(none)'} → {','.join(sorted(registration.features))}"
         )
+    gpus = gpu_count(slurm.get("gres"))
+    if gpus != registration.gpus:
+        changes.append(f"GPUs {gpus} → {registration.gpus}")
     return ", ".join(changes)
 
 
@@ -281,8 +286,6 @@ def _in_place(registration: Registration, slurm: Json) -> dict[str, str]:
         update["topology"] = registration.topology
     if slurm.get("address") != registration.address:
         update["address"] = registration.address
-    if gpu_count(slurm.get("gres")) != registration.gpus:
-        update["gres"] = registration.gres
     return update
 
 

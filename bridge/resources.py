@@ -14,6 +14,7 @@ from fractions import Fraction
 from typing import Any
 
 from bridge import keys
+from bridge.dra import dra_problems
 from bridge.quantity import QuantityError, parse_quantity
 
 Pod = Mapping[str, Any]
@@ -181,6 +182,7 @@ def placement_problems(pod: Pod) -> list[str]:
                     f'container "{container}" uses unsupported DRA device class "{device_class}" '
                     f"(supported: {supported})"
                 )
+    problems += dra_problems(pod)
     try:
         pod_resources(pod)
     except PodSpecError as error:

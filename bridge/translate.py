@@ -48,24 +48,20 @@ def pod_key(pod: Pod) -> str:
 
 
 def _largest_gpu(limits: Mapping[str, Fraction]) -> str | None:
-    """`gres/gpu=N` from device-plugin GPUs, `gres/gpu:<class>=N` from DRA; the largest count wins.
+    """`gres/gpu=N` from device-plugin GPUs and DRA GPU classes alike; the largest count wins.
 
-    Ties go to the first resource name in sorted order, so the answer never
-    depends on dict order.
+    A DRA class is not a GRES type: node sync registers a node's GPUs untyped
+    (`Gres=gpu:N`), and Slurm refuses a typed request on such nodes (error 2014).
+    Which devices of which driver the pod gets is the claim's business
+    (`bridge.dra`), pinned to the GRES indexes Slurm allocated.
     """
-    best: tuple[Fraction, str] | None = None
-    for name, quantity in sorted(limits.items()):
-        if quantity <= 0:
-            continue
-        if name in keys.GPU_RESOURCES:
-            candidate = "gres/gpu"
-        elif name.startswith(keys.DRA_RESOURCE_PREFIX) and name != DRA_CPU:
-            candidate = "gres/gpu:" + name.removeprefix(keys.DRA_RESOURCE_PREFIX)
-        else:
-            continue
-        if best is None or quantity > best[0]:
-            best = (quantity, candidate)
-    return f"{best[1]}={whole_cpus(best[0])}" if best else None
+    counts = [
+        quantity
+        for name, quantity in limits.items()
+        if name in keys.GPU_RESOURCES or (name.startswith(keys.DRA_RESOURCE_PREFIX) and name != DRA_CPU)
+    ]
+    largest = max(counts, default=Fraction(0))
+    return f"gres/gpu={whole_cpus(largest)}" if largest > 0 else None
 
 
 def _no_val(number: int | None) -> NoValNumber | None:

@@ -17,10 +17,11 @@ import os
 import re
 import secrets
 import signal
+import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -99,6 +100,7 @@ class ForeignUser:
 class BedJob(NamedTuple):
     job_id: int
     states: tuple[str, ...]
+    comment: str = ""  # the bridge writes the placement id here
 
     @property
     def ended(self) -> bool:
@@ -129,6 +131,72 @@ class TestPartition:
         self.bed.wait_for_ended_jobs(self.name)
         self.bed.scontrol_quiet("delete", f"PartitionName={self.name}")
         self.bed.delete_nodes(self.node_names)
+
+
+@dataclass
+class ExtraRestd:
+    """A slurmrestd of one test's own, on a free port, in front of the shared slurmctld.
+
+    Stopping it is an outage for the bridge under test only: the bed's own
+    slurmrestd, which every other test uses, keeps running.
+    """
+
+    bed: SlurmTestBed = field(repr=False)
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def _pidfile(self) -> str:
+        return f"/run/slurm/slurmrestd-{self.port}.pid"  # inside the chroot
+
+    def start(self, timeout: float = 15.0) -> None:
+        """Start it (as hack/slurm-sid.sh does) and return once it answers HTTP."""
+        log = f"/var/log/slurm/slurmrestd-{self.port}.log"
+        _run(["chroot", str(self.bed.root), "touch", log], timeout=30)
+        _run(["chroot", str(self.bed.root), "chown", "slurmrestd", log], timeout=30)
+        # rest_auth/jwt wants SLURM_JWT=daemon in slurmrestd's environment; it runs as slurmrestd.
+        _run(
+            [
+                "chroot", str(self.bed.root), "env", "SLURM_JWT=daemon",
+                "start-stop-daemon", "--start", "--background", "--make-pidfile",
+                "--pidfile", self._pidfile, "--chuid", "slurmrestd:slurmrestd", "--output", log,
+                "--exec", "/usr/sbin/slurmrestd", "--", "-a", "rest_auth/jwt", f"127.0.0.1:{self.port}",
+            ],
+            timeout=30,
+        )  # fmt: skip
+
+        def answers() -> bool:
+            try:
+                httpx.get(f"{self.url}/", timeout=1)
+            except httpx.TransportError:
+                return False
+            return True
+
+        wait_until(answers, f"slurmrestd answering on port {self.port}", timeout=timeout, interval=0.1)
+
+    def stop(self) -> None:
+        """SIGINT, as slurm-sid.sh stops its slurmrestd; returns once the process is gone."""
+        pid = self.pid()
+        if pid is None:
+            return
+        os.kill(pid, signal.SIGINT)
+        wait_until(lambda: not Path(f"/proc/{pid}").exists(), f"slurmrestd {pid} stopped", timeout=15)
+        (self.bed.root / self._pidfile.lstrip("/")).unlink(missing_ok=True)
+
+    def pid(self) -> int | None:
+        """Its pid while it runs; only ever a process of the bed's chroot."""
+        try:
+            pid = int((self.bed.root / self._pidfile.lstrip("/")).read_text().strip())
+        except (OSError, ValueError):
+            return None
+        try:
+            root = os.path.realpath(f"/proc/{pid}/root")
+        except OSError:
+            return None
+        return pid if root == os.path.realpath(self.bed.root) else None
 
 
 class SlurmTestBed:
@@ -187,17 +255,54 @@ class SlurmTestBed:
         url = f"{self.rest_url}/slurm/v0.0.44{path}"
         return httpx.request(method, url, headers=headers, json=body, timeout=30)
 
+    @property
+    def root(self) -> Path:
+        """The chroot the daemons run in."""
+        return self.jwt_file.parent / "root"
+
+    def extra_slurmrestd(self) -> ExtraRestd:
+        """A slurmrestd of the caller's own on a free port (stop it with `.stop()`)."""
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = int(probe.getsockname()[1])
+        restd = ExtraRestd(self, port)
+        restd.start()
+        return restd
+
+    def mint_token(self, path: Path, lifespan: int) -> None:
+        """A token for the bridge's Slurm user, valid `lifespan` seconds, renamed into `path`."""
+        token = self.scontrol("token", f"username={self.user_name}", f"lifespan={lifespan}")
+        token = token.strip().removeprefix("SLURM_JWT=")
+        if not token:
+            raise SlurmBedError("scontrol token printed nothing")
+        staged = path.with_name(f".{path.name}.new")
+        staged.write_text(token)
+        staged.replace(path)
+
+    @staticmethod
+    def token_in(path: Path) -> str:
+        return path.read_text().strip().removeprefix("SLURM_JWT=")
+
     # Partitions, nodes, jobs
 
     def make_partition(
-        self, nodes: int = 1, cpus: int = 4, memory_mb: int = 8000, gres: str | None = None
+        self,
+        nodes: int = 1,
+        cpus: int = 4,
+        memory_mb: int = 8000,
+        gres: str | Sequence[str] | None = None,
     ) -> TestPartition:
-        """Fresh external nodes (NodeAddr 127.0.0.1) and a partition of exactly those nodes."""
+        """Fresh external nodes (NodeAddr 127.0.0.1) and a partition of exactly those nodes.
+
+        `gres` is every node's Gres ("gpu:2"), or one per node (["gpu:1", "gpu:2"], "" for none).
+        """
         name = f"sbt-{secrets.token_hex(4)}"
         node_names = [f"{name}-n{index}" for index in range(1, nodes + 1)]
         partition = TestPartition(self, name, node_names, cpus, memory_mb)
+        per_node = [gres or ""] * nodes if gres is None or isinstance(gres, str) else list(gres)
+        if len(per_node) != nodes:
+            raise ValueError(f"{len(per_node)} gres for {nodes} nodes")
         node_args = [
-            f"NodeName={partition.nodes_expression}",
             "State=EXTERNAL",
             "Sockets=1",
             f"CoresPerSocket={cpus}",
@@ -209,12 +314,16 @@ class SlurmTestBed:
             # A name that does not resolve stalls slurmctld ~10 s per allocation.
             "NodeAddr=127.0.0.1",
         ]
-        if gres:
-            node_args.append(f"Gres={gres}")
+        # Nodes of one Gres are made together: one scontrol call per distinct Gres.
+        by_gres: dict[str, list[str]] = {}
+        for node, node_gres in zip(node_names, per_node, strict=True):
+            by_gres.setdefault(node_gres, []).append(node)
         try:
-            self.scontrol("create", *node_args)
-            if gres:
-                self._check_gres(node_names[0], gres)
+            for node_gres, names in by_gres.items():
+                extra = [f"Gres={node_gres}"] if node_gres else []
+                self.scontrol("create", f"NodeName={compress(names)}", *node_args, *extra)
+                if node_gres:
+                    self._check_gres(names[0], node_gres)
             self.scontrol(
                 "create",
                 f"PartitionName={name}",
@@ -253,7 +362,7 @@ class SlurmTestBed:
     def jobs_in_partition(self, name: str) -> list[BedJob]:
         data = json.loads(self.scontrol("--json", "show", "job"))
         return [
-            BedJob(int(job["job_id"]), tuple(job.get("job_state") or ()))
+            BedJob(int(job["job_id"]), tuple(job.get("job_state") or ()), job.get("comment") or "")
             for job in data.get("jobs") or []
             if job.get("partition") == name
         ]

@@ -107,8 +107,16 @@ def explain(
     mcs_label: Annotated[str | None, typer.Option(help="[MCS_LABEL]")] = None,
     kubeconfig: Annotated[str | None, typer.Option(help="for namespace/pod: [KUBECONFIG]")] = None,
     namespace: Annotated[str, typer.Option(help="namespace of objects that name none")] = "default",
+    installation: Annotated[str | None, typer.Option(help="[INSTALLATION_ID]")] = None,
+    tenant_policy_file: Annotated[str | None, typer.Option(help="[TENANT_POLICY_FILE]")] = None,
 ) -> None:
-    """Print the Slurm job_desc_msg (REST v0.0.44) each group of pods would be submitted as."""
+    """Print the Slurm job_desc_msg (REST v0.0.44) each group of pods would be submitted as.
+
+    For namespace/pod, the bridge's nodes are read from Kubernetes and the nodes the pods'
+    node rules exclude become `excluded_nodes`, as the worker submits them; for a file, its
+    Node objects stand for the nodes.
+    """
+    from bridge.policy import PolicyError, load_policy
     from bridge.translate import Defaults
     from worker.explain import ExplainError, load_objects
     from worker.explain import explain as explain_objects
@@ -117,23 +125,34 @@ def explain(
         partition=partition or os.environ.get("SLURM_PARTITION") or Defaults.partition,
         mcs_label=mcs_label if mcs_label is not None else os.environ.get("MCS_LABEL", Defaults.mcs_label),
     )
+    installation = installation or os.environ.get("INSTALLATION_ID") or "slurm-bridge"
+    policy_path = tenant_policy_file or os.environ.get("TENANT_POLICY_FILE")
+    try:
+        policy = load_policy(Path(policy_path)) if policy_path else None
+    except (PolicyError, OSError) as error:
+        fail(f"tenant policy {policy_path}: {error}")
     path = Path(source)
     if source == "-" or path.exists():
         text = sys.stdin.read() if source == "-" else path.read_text()
         try:
-            explanations = asyncio.run(explain_objects(load_objects(text, source), defaults, namespace))
+            explanations = asyncio.run(
+                explain_objects(load_objects(text, source), defaults, namespace, installation, policy)
+            )
         except ExplainError as error:
             fail(str(error))
     elif "/" in source and not source.endswith((".yaml", ".yml", ".json")):
-        explanations = [_explain_live(source, kubeconfig, defaults)]
+        explanations = [_explain_live(source, kubeconfig, defaults, installation, policy)]
     else:
         fail(f"{source}: no such file (give a file, -, or namespace/pod)")
     typer.echo(json.dumps([dataclasses.asdict(e) for e in explanations], indent=2))
 
 
-def _explain_live(reference: str, kubeconfig: str | None, defaults: Any) -> Any:
+def _explain_live(
+    reference: str, kubeconfig: str | None, defaults: Any, installation: str, policy: Any
+) -> Any:
     from activities.kube_client import KubeClient, KubeError, KubeNotFound, api_path, load_configuration
     from activities.kube_reader import KubeReader
+    from activities.node_source import list_bridge_nodes
     from bridge.grouping import GroupError
     from bridge.translate import TranslationError
     from worker.explain import explain_live
@@ -144,7 +163,14 @@ def _explain_live(reference: str, kubeconfig: str | None, defaults: Any) -> Any:
         kube = KubeClient(await load_configuration(kubeconfig or os.environ.get("KUBECONFIG")))
         try:
             pod = await kube.request("GET", api_path("pods", namespace=namespace, name=name))
-            return await explain_live(KubeReader(kube), pod, defaults)
+            return await explain_live(
+                KubeReader(kube),
+                pod,
+                defaults,
+                installation,
+                nodes=await list_bridge_nodes(kube),
+                policy=policy,
+            )
         except KubeNotFound:
             fail(f"pod {reference} does not exist")
         except (KubeError, GroupError, TranslationError) as error:
@@ -275,6 +301,7 @@ def status(
         ("Slurm job", "job_id"),
         ("job state", "job_state"),
         ("pending reason", "pending_reason"),
+        ("waiting for Slurm", "slurm_unavailable"),
         ("Slurm nodes", "nodes"),
         ("Kubernetes nodes", "kube_nodes"),
         ("job ended", "end_reason"),
@@ -294,7 +321,8 @@ def status(
 def list_placements(
     overrides: dict[str, Any],
     phase: Annotated[
-        str | None, typer.Option(help="Translating, Submitted, Pending, Running, Bound, Done, Failed")
+        str | None,
+        typer.Option(help="Translating, Submitted, Pending, Running, Bound, Done, Failed, WaitingForSlurm"),
     ] = None,
     namespace: Annotated[str | None, typer.Option(help="only pods in this namespace")] = None,
     limit: Annotated[int, typer.Option(help="at most this many")] = 100,

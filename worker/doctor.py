@@ -86,6 +86,7 @@ class Permission:
 PERMISSIONS = (
     Permission("pods", "", ("pods",), ("get", "list", "watch", "patch", "delete")),
     Permission("binding pods to nodes", "", ("pods/binding",), ("create",)),
+    Permission("evicting pods whose Slurm job ended", "", ("pods/eviction",), ("create",)),
     Permission("pod conditions", "", ("pods/status",), ("patch",)),
     Permission("events", "", ("events",), ("create", "patch")),
     Permission("nodes", "", ("nodes",), ("get", "list", "watch", "patch")),
@@ -95,10 +96,19 @@ PERMISSIONS = (
     Permission(
         "owner lookups (LeaderWorkerSet)", "leaderworkerset.x-k8s.io", ("leaderworkersets",), ("get",)
     ),
-    Permission("owner lookups (PodGroup)", "scheduling.x-k8s.io", ("podgroups",), ("get",)),
     Permission(
-        "owner lookups (scheduling.k8s.io)", "scheduling.k8s.io", ("podgroups", "workloads"), ("get",)
+        "PodGroups (scheduler-plugins)", "scheduling.x-k8s.io", ("podgroups",), ("get", "list", "watch")
     ),
+    Permission(
+        "PodGroups (scheduling.k8s.io)", "scheduling.k8s.io", ("podgroups",), ("get", "list", "watch")
+    ),
+    Permission("Workloads (scheduling.k8s.io)", "scheduling.k8s.io", ("workloads",), ("get",)),
+    Permission("PodGroup conditions", "scheduling.k8s.io", ("podgroups/status",), ("patch",)),
+    Permission(
+        "DRA claims (docs/dra.md)", "resource.k8s.io", ("resourceclaims",), ("list", "create", "delete")
+    ),
+    Permission("DRA claim allocation", "resource.k8s.io", ("resourceclaims/status",), ("patch",)),
+    Permission("DRA devices", "resource.k8s.io", ("deviceclasses", "resourceslices"), ("list",)),
     Permission(
         "leases", "coordination.k8s.io", ("leases",), ("get", "create", "update"), in_lease_namespace=True
     ),

@@ -1,19 +1,25 @@
 """`slurm-bridge explain`: the Slurm job each group of pods would become, without Slurm or Temporal.
 
 The same code as the worker: `bridge.grouping.resolve` through a Reader over the
-given objects instead of the API server, then `bridge.translate.build_job`.
+given objects instead of the API server, `bridge.feasibility` over the bridge's
+nodes (read from Kubernetes for `namespace/pod`; the Node objects of the input
+otherwise) for `excluded_nodes`, then `bridge.translate.build_job` with the same
+tenant policy: the job_desc_msg printed is the one the worker submits.
 """
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
 from bridge import grouping
+from bridge.dra import device_requests
+from bridge.feasibility import excluded_slurm_nodes, group_feasibility, is_bridge_node
 from bridge.grouping import Json, Kind
 from bridge.keys import ANNOTATION_PLACEMENT
 from bridge.models import GENERATION_SEPARATOR, PLACEMENT_ID_PREFIX
+from bridge.policy import PolicySet
 from bridge.translate import Defaults, GroupShape, TranslationError, build_job
 
 
@@ -90,12 +96,45 @@ class Explanation:
     job_desc_msg: dict[str, object]
     # The worker submits only once this many pods of the group exist.
     min_pods: int = 1
+    # Why the worker would not submit the job (no bridge node passes the pods' node rules), if so.
+    unschedulable: str | None = None
+    # DRA extended-resource requests: what Slurm is asked for, and the claim request each becomes.
+    dra_devices: list[dict[str, object]] = field(default_factory=list)
+
+
+def dra_devices(pods: Iterable[Json]) -> list[dict[str, object]]:
+    """Per DRA request: the pod, container, resource, count, the claim's request name and the Slurm side.
+
+    GPU classes are counted in the job's `tres_per_node` (gres/gpu), `dra.cpu` in
+    `cpus_per_task`; at binding the claim names the devices Slurm allocated (docs/dra.md).
+    """
+    rows: list[dict[str, object]] = []
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        for request in device_requests(pod):
+            rows.append(
+                {
+                    "pod": f"{meta.get('namespace')}/{meta.get('name')}",
+                    "container": request.container,
+                    "resource": request.resource,
+                    "count": request.count,
+                    "claim_request": request.request,
+                    "slurm": "cpus_per_task" if request.is_cpu else "tres_per_node gres/gpu",
+                }
+            )
+    return rows
 
 
 async def explain(
-    objects: list[Json], defaults: Defaults, namespace: str = "default", installation: str = "slurm-bridge"
+    objects: list[Json],
+    defaults: Defaults,
+    namespace: str = "default",
+    installation: str = "slurm-bridge",
+    policy: PolicySet | None = None,
 ) -> list[Explanation]:
+    """The jobs of the pods in `objects`; Node objects among them stand for the cluster's nodes."""
     reader = MemoryReader(_identify(obj, namespace) for obj in objects)
+    nodes = [o for o in objects if o["kind"] == "Node" and o["apiVersion"] == "v1" and is_bridge_node(o)]
     pods = reader.pods()
     if not pods:
         raise ExplainError("no Pod objects in the input: give the pods together with their owners")
@@ -109,19 +148,44 @@ async def explain(
         groups.setdefault(group.key, (group, []))[1].append(pod)
     explanations = []
     for group, members in groups.values():
-        ordered = grouping.in_order(members)
         try:
-            job = build_job(
-                ordered,
-                annotations=group.annotations,
-                shape=group.shape or GroupShape(name=group.name),
-                defaults=defaults,
-            )
+            explanations.append(_explanation(group, members, defaults, nodes, installation, policy))
         except TranslationError as error:
             raise ExplainError(f"{group.kind} {group.name}: {error}") from None
-        job = job.model_copy(update={"comment": placement_id(installation, group, ordered[0])})
-        explanations.append(Explanation(group.name, group.kind, job.pod_keys, job.to_slurm(), group.min_pods))
     return explanations
+
+
+def _explanation(
+    group: grouping.Group,
+    members: list[Json],
+    defaults: Defaults,
+    nodes: Sequence[Json],
+    installation: str,
+    policy: PolicySet | None,
+) -> Explanation:
+    """As `prepare_and_submit` builds it: node rules → excluded_nodes, translation, placement id."""
+    ordered = grouping.in_order(members)
+    feasibility = group_feasibility(ordered, nodes)
+    job = build_job(
+        ordered,
+        annotations=group.annotations,
+        shape=group.shape or GroupShape(name=group.name),
+        defaults=defaults,
+        excluded_nodes=excluded_slurm_nodes(feasibility),
+        policy=policy,
+    )
+    job = job.model_copy(update={"comment": placement_id(installation, group, ordered[0])})
+    # No bridge node at all: nothing to filter with, Slurm alone decides (as the worker does).
+    unschedulable = feasibility.summary if nodes else None
+    return Explanation(
+        group.name,
+        group.kind,
+        job.pod_keys,
+        job.to_slurm(),
+        group.min_pods,
+        unschedulable=unschedulable,
+        dra_devices=dra_devices(ordered),
+    )
 
 
 def placement_id(installation: str, group: grouping.Group, first: Json) -> str:
@@ -135,20 +199,18 @@ def placement_id(installation: str, group: grouping.Group, first: Json) -> str:
 
 
 async def explain_live(
-    reader: grouping.Reader, pod: Json, defaults: Defaults, installation: str = "slurm-bridge"
+    reader: grouping.Reader,
+    pod: Json,
+    defaults: Defaults,
+    installation: str = "slurm-bridge",
+    *,
+    nodes: Sequence[Json] = (),
+    policy: PolicySet | None = None,
 ) -> Explanation:
-    """The job for a pod in a cluster, with the group members that exist now."""
+    """The job for a pod in a cluster, with the group members that exist now and the bridge's `nodes`."""
     group = await grouping.resolve(reader, pod)
     members = [pod]
     if group.member_selector is not None or group.kind == "PodGroup":
         listed = await reader.list_pods(group.namespace, group.member_selector or "")
         members = [p for p in listed if grouping.belongs(group, p)] or [pod]
-    ordered = grouping.in_order(members)
-    job = build_job(
-        ordered,
-        annotations=group.annotations,
-        shape=group.shape or GroupShape(name=group.name),
-        defaults=defaults,
-    )
-    job = job.model_copy(update={"comment": placement_id(installation, group, ordered[0])})
-    return Explanation(group.name, group.kind, job.pod_keys, job.to_slurm(), group.min_pods)
+    return _explanation(group, members, defaults, nodes, installation, policy)

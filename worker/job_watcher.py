@@ -34,7 +34,7 @@ only when cancelled.
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from temporalio.client import Client
@@ -49,6 +49,7 @@ from tenacity import (
 
 from activities.slurm import is_live, job_event, placement_of
 from activities.slurm_client import SlurmClient, SlurmError, SlurmNotFound
+from activities.slurm_health import SlurmHealth
 from bridge.models import JobEvent, installation_of, workflow_id_of
 from bridge.slurm_api import JobInfo
 from worker.delivery import LatestPerKey
@@ -58,8 +59,13 @@ from workflows.placement import PlacementWorkflow
 log = logging.getLogger(__name__)
 
 # A pending job's reason (Resources, Priority, PartitionConfig...) changes without its
-# state changing: re-read pending jobs this often, at most MAX_REFRESHES per pass.
+# state changing: re-read pending jobs, at most MAX_REFRESHES per pass. First after
+# PENDING_REFRESH_SECONDS; each re-read that finds the same reason doubles the job's
+# interval up to PENDING_REFRESH_MAX_SECONDS, a new reason starts it small again. A job
+# pending for a day then costs ~300 reads instead of ~2,900 (and a changed reason
+# reaches its pods at most that much later).
 PENDING_REFRESH_SECONDS = 30.0
+PENDING_REFRESH_MAX_SECONDS = 300.0
 MAX_REFRESHES = 20
 # Concurrent `GET /job/{id}` of one pass (a restart reads every followed job once).
 READ_CONCURRENCY = 8
@@ -80,6 +86,7 @@ class _Seen:
     states: list[str] | None  # None: Slurm does not know the job
     read_at: float  # monotonic time of the last full read
     reason: str = ""
+    refresh_every: float = PENDING_REFRESH_SECONDS  # while pending with an unchanged reason
 
 
 class JobWatcher:
@@ -93,17 +100,23 @@ class JobWatcher:
         ready: asyncio.Event,
         interval: float,
         pending_refresh: float = PENDING_REFRESH_SECONDS,
+        pending_refresh_max: float = PENDING_REFRESH_MAX_SECONDS,
         max_backoff: float = MAX_BACKOFF_SECONDS,
         pending_reason_grace: float = PENDING_REASON_GRACE_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+        slurm_health: SlurmHealth | None = None,
     ) -> None:
         self.slurm = slurm
+        self.slurm_health = slurm_health
         self.temporal = temporal
         self.jobs = jobs
         self.installation = installation
         self.ready = ready
         self.interval = interval
         self.pending_refresh = pending_refresh
+        self.pending_refresh_max = max(pending_refresh_max, pending_refresh)
         self.pending_reason_grace = pending_reason_grace
+        self._clock = clock  # monotonic seconds; a test may drive it
         self.max_backoff = max(max_backoff, interval)
         # Counters, for metrics and the benchmark.
         self.passes = 0  # passes that completed
@@ -128,6 +141,7 @@ class JobWatcher:
             wait=wait_exponential_jitter(multiplier=interval, max=self.max_backoff, jitter=interval),
             stop=stop_never,
             before_sleep=self._failed,
+            sleep=self._back_off,
             reraise=True,
         )
 
@@ -148,7 +162,7 @@ class JobWatcher:
         if not followed:
             self.passes += 1
             return
-        now = time.monotonic()
+        now = self._clock()
         # A job that runs only needs watching for its end, which no pod waits on to bind:
         # probed every few seconds. Pending ones, whose start a pod waits on, every pass.
         probed = {
@@ -219,11 +233,18 @@ class JobWatcher:
             elif state is not None and "PENDING" in state:
                 # The reason is set by the scheduler's first look at the job: soon.
                 soon = seen.reason in _NO_REASON or job_id in self._withheld
-                every = self.interval if soon else self.pending_refresh
+                every = self.interval if soon else seen.refresh_every
                 if now - seen.read_at >= every:
                     pending.append((seen.read_at, job_id))
         pending.sort()
         return changed + [job_id for _, job_id in pending[:MAX_REFRESHES]]
+
+    def _next_refresh(self, before: _Seen | None, state: list[str] | None, event: JobEvent) -> float:
+        """A pending job whose reason stayed the same is re-read half as often as before."""
+        unchanged = before is not None and before.states == state and before.reason == event.reason
+        if unchanged and before is not None and event.reason not in _NO_REASON:
+            return min(before.refresh_every * 2, self.pending_refresh_max)
+        return self.pending_refresh
 
     async def _read(self, job_id: int, state: list[str] | None, slots: asyncio.Semaphore) -> None:
         async with slots:
@@ -235,11 +256,13 @@ class JobWatcher:
         placement_id = self.jobs.placement_of(job_id)
         if job is None:
             event = JobEvent(job_id=job_id, states=[], gone=True)
-            self._seen[job_id] = _Seen(None, time.monotonic())
+            self._seen[job_id] = _Seen(None, self._clock())
         else:
             event = job_event(job)
             # The state as probed, not as read: a change between the two is seen next pass.
-            self._seen[job_id] = _Seen(state, time.monotonic(), event.reason)
+            self._seen[job_id] = _Seen(
+                state, self._clock(), event.reason, self._next_refresh(self._seen.get(job_id), state, event)
+            )
             comment = placement_of(job)
             if comment is None:
                 # The id names a job that is not the bridge's (Slurm's state was wiped
@@ -266,8 +289,8 @@ class JobWatcher:
         if event.pending and event.reason not in _NO_REASON:
             # Slurm's first scheduling pass often says Priority for a moment before it starts
             # the job: a reason is news only once the job has waited a little (then re-read soon).
-            since = self._pending_since.setdefault(event.job_id, time.monotonic())
-            if time.monotonic() - since < self.pending_reason_grace:
+            since = self._pending_since.setdefault(event.job_id, self._clock())
+            if self._clock() - since < self.pending_reason_grace:
                 self._withheld.add(event.job_id)
                 return
         self._withheld.discard(event.job_id)
@@ -300,6 +323,14 @@ class JobWatcher:
         self._told[key] = event
         if not is_live(event):
             self.jobs.finished(event.job_id)  # told it is over: stop asking about it
+
+    async def _back_off(self, seconds: float) -> None:
+        """Sleep after a failed pass; while Slurm is away, only until the health gate opens again."""
+        health = self.slurm_health
+        if health is not None and not health.available:
+            await health.wait_available(seconds)
+        else:
+            await asyncio.sleep(seconds)
 
     async def _failed(self, retry_state: RetryCallState) -> None:
         self.errors += 1

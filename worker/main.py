@@ -19,7 +19,7 @@ from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
 from temporalio.client import Client, ClientConfig, WorkflowHistory
 from temporalio.client import Plugin as ClientPlugin
-from temporalio.common import SearchAttributeKey
+from temporalio.common import MetricMeter, SearchAttributeKey
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.service import (
@@ -31,7 +31,16 @@ from temporalio.service import (
     _BridgeServiceClient,
 )
 from temporalio.worker import Plugin as WorkerPlugin
-from temporalio.worker import Replayer, ReplayerConfig, Worker, WorkerConfig, WorkflowReplayResult
+from temporalio.worker import (
+    Replayer,
+    ReplayerConfig,
+    UnsandboxedWorkflowRunner,
+    Worker,
+    WorkerConfig,
+    WorkflowReplayResult,
+    WorkflowRunner,
+)
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.kube import KubeActivities, KubeSettings
 from activities.kube_client import KubeClient, load_configuration
@@ -39,20 +48,25 @@ from activities.nodes import NodeActivities
 from activities.placement import PlacementActivities
 from activities.slurm import SlurmActivities
 from activities.slurm_client import SlurmClient
+from activities.slurm_health import SlurmHealth
 from activities.sweep import SweepActivities
 from bridge import search_attributes as sa
+from bridge.models import PodRef
 from bridge.policy import PolicyFile
 from bridge.translate import Defaults
 from worker.health import CachedCheck, HealthServer, Readiness
+from worker.heartbeat import HeartbeatInterceptor
 from worker.job_registry import LiveJobs
 from worker.job_watcher import JobWatcher
 from worker.leader import LeaderElector, LeaderTimings, default_identity
-from worker.metrics import slurm_observer
+from worker.metrics import slurm_health_observer, slurm_observer
+from worker.node_cache import NodeCache
 from worker.node_rules import ExclusionRefresher
 from worker.node_watcher import NodeWatcher
 from worker.pod_watcher import PodWatcher
 from worker.schedules import NODE_SYNC_SCHEDULE_ID, ensure_node_sync_schedule, ensure_sweep_schedule
 from worker.settings import TemporalSettings, WorkerSettings
+from worker.slurm_waker import SlurmWaker
 from worker.watcher_health import WatcherHealth, annotation, rfc3339
 from workflows.node_sync import NodeSyncWorkflow
 from workflows.placement import PlacementWorkflow
@@ -290,6 +304,11 @@ def _type_name(key: SearchAttributeKey[Any]) -> str:
     return "".join(part.title() for part in name.removeprefix("INDEXED_VALUE_TYPE_").split("_"))
 
 
+def unsandboxed_runner(*, sandbox_every_workflow: bool) -> WorkflowRunner:
+    """What runs the workflows marked unsandboxed: the sandbox too when `sandbox_every_workflow`."""
+    return SandboxedWorkflowRunner() if sandbox_every_workflow else UnsandboxedWorkflowRunner()
+
+
 @dataclass
 class Bridge:
     """The worker and its three watchers, sharing one Temporal client, one Kubernetes and one Slurm client."""
@@ -300,14 +319,27 @@ class Bridge:
     settings: WorkerSettings
     node_sync_schedule_id: str = NODE_SYNC_SCHEDULE_ID
     identity: str = field(default_factory=default_identity)  # this replica, as the Lease names it
+    # Tests set it: workflows marked unsandboxed (the Placement) run in the sandbox too, so
+    # a non-deterministic call fails there instead of passing unnoticed.
+    sandbox_every_workflow: bool = False
+    meter: MetricMeter | None = None  # the bridge's own metrics, when they are served
+    slurm_health: SlurmHealth = field(init=False)
     live_jobs: LiveJobs = field(init=False)
     pod_watcher: PodWatcher = field(init=False)
     job_watcher: JobWatcher = field(init=False)
     node_watcher: NodeWatcher = field(init=False)
+    node_cache: NodeCache = field(init=False)
     worker: Worker = field(init=False)
 
     def __post_init__(self) -> None:
         s = self.settings
+        # The Slurm-health gate of this replica: its requests wait while Slurm is away.
+        self.slurm_health = SlurmHealth(
+            self.slurm.probe,
+            probe_interval=s.slurm_probe_interval,
+            observer=slurm_health_observer(self.meter) if self.meter is not None else None,
+        )
+        self.slurm.gate = self.slurm_health
         kube_activities = KubeActivities(
             self.kube,
             KubeSettings(
@@ -316,8 +348,13 @@ class Bridge:
                 policy=PolicyFile(s.tenant_policy_file),
             ),
         )
+        self._kube_activities = kube_activities
         slurm_activities = SlurmActivities(self.slurm)
-        placement_activities = PlacementActivities(kube_activities, slurm_activities)
+        # Every replica keeps the bridge's nodes watched: its placements read them from memory.
+        self.node_cache = NodeCache(self.kube)
+        placement_activities = PlacementActivities(
+            kube_activities, slurm_activities, self.node_cache, self.slurm_health
+        )
         node_activities = NodeActivities(self.kube, self.slurm, scheduler_name=s.scheduler_name)
         sweep_activities = SweepActivities(
             kube_activities, self.slurm, self.temporal, installation=s.installation_id
@@ -350,6 +387,11 @@ class Bridge:
             max_concurrent_activities=s.temporal_max_concurrent_activities,
             max_concurrent_workflow_tasks=s.temporal_max_concurrent_workflow_tasks,
             max_cached_workflows=s.temporal_max_cached_workflows,
+            unsandboxed_workflow_runner=unsandboxed_runner(
+                sandbox_every_workflow=self.sandbox_every_workflow
+            ),
+            sticky_queue_schedule_to_start_timeout=timedelta(seconds=s.temporal_sticky_timeout),
+            interceptors=[HeartbeatInterceptor()],
         )
         self.elector: LeaderElector | None = None
         self._started = time.time()
@@ -371,6 +413,8 @@ class Bridge:
             jobs=self.live_jobs,
             deletion_slack_seconds=s.deletion_slack,
             eviction_patience_seconds=s.eviction_patience,
+            tell=self._tell_waiting,
+            step_heartbeat_seconds=s.step_heartbeat_timeout,
         )
         self.job_watcher = JobWatcher(
             self.slurm,
@@ -379,7 +423,9 @@ class Bridge:
             installation=s.installation_id,
             ready=self.pod_watcher.synced,
             interval=s.job_watch_interval,
+            slurm_health=self.slurm_health,
         )
+        self.slurm_waker = SlurmWaker(self.temporal, self.slurm_health, task_queue=s.temporal_task_queue)
         refresher = ExclusionRefresher(
             self.kube,
             self.slurm,
@@ -391,6 +437,11 @@ class Bridge:
             self.kube, self.temporal, schedule_id=self.node_sync_schedule_id, refresher=refresher
         )
 
+    async def _tell_waiting(self, pod: PodRef, reason: str, message: str) -> None:
+        """Why a pod the watcher holds back waits: PodScheduled=False and a Warning Event."""
+        await self._kube_activities.set_unschedulable([pod], reason, message)
+        await self._kube_activities.record_event([pod], reason, message, True)
+
     async def run(self) -> None:
         """Run until cancelled: the worker always, the cluster-wide watchers in the leader only.
 
@@ -398,21 +449,34 @@ class Bridge:
         LEADER_ELECTION the pod, job and node watchers run in the one replica that
         holds the Lease; another takes over (re-listing everything) when it goes.
         """
+        # Every replica: the Slurm-health prober, and the watched bridge nodes its placements read.
+        background = [
+            asyncio.create_task(self.slurm_health.run(), name="Slurm health prober"),
+            asyncio.create_task(self.node_cache.run(), name="bridge node cache"),
+        ]
+        try:
+            async with self.worker:
+                await self._serve()
+        finally:
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
+
+    async def _serve(self) -> None:
         s = self.settings
         self._started = time.time()
-        async with self.worker:
-            if not s.leader_election:
-                await self._watch()
-                return
-            self.elector = LeaderElector(
-                self.kube,
-                s.lease_namespace,
-                s.lease_name,
-                self.identity,
-                LeaderTimings(s.lease_duration, s.renew_deadline, s.retry_period),
-                annotate=lambda: annotation(self.identity, self.watcher_health()),
-            )
-            await self.elector.run(self._lead)
+        if not s.leader_election:
+            await self._watch()
+            return
+        self.elector = LeaderElector(
+            self.kube,
+            s.lease_namespace,
+            s.lease_name,
+            self.identity,
+            LeaderTimings(s.lease_duration, s.renew_deadline, s.retry_period),
+            annotate=lambda: annotation(self.identity, self.watcher_health()),
+        )
+        await self.elector.run(self._lead)
 
     @property
     def watching(self) -> bool:
@@ -477,6 +541,7 @@ class Bridge:
             asyncio.create_task(self.pod_watcher.run(), name="pod watcher"),
             asyncio.create_task(self.job_watcher.run(), name="job watcher"),
             asyncio.create_task(self.node_watcher.run(), name="node watcher"),
+            asyncio.create_task(self.slurm_waker.run(), name="Slurm waker"),
         ]
         try:
             await asyncio.gather(*tasks)
@@ -495,17 +560,18 @@ async def run_worker(settings: WorkerSettings) -> None:
         await ensure_search_attributes(temporal)
         kube = KubeClient(await load_configuration(settings.kubeconfig))
         stack.push_async_callback(kube.close)
+        # The runtime serving the SDK's metrics serves the bridge's too.
+        meter = (
+            (temporal.service_client.config.runtime or Runtime.default()).metric_meter
+            if settings.metrics_port
+            else None
+        )
         slurm = SlurmClient(
             settings.slurm_rest_url,
             user_name=settings.slurm_user_name,
             token_file=settings.slurm_jwt_file,
             api_version=settings.slurm_api_version,
-            # The runtime serving the SDK's metrics serves the bridge's too.
-            observer=slurm_observer(
-                (temporal.service_client.config.runtime or Runtime.default()).metric_meter
-            )
-            if settings.metrics_port
-            else None,
+            observer=slurm_observer(meter) if meter is not None else None,
         )
         stack.push_async_callback(slurm.close)
         log.info(
@@ -519,7 +585,7 @@ async def run_worker(settings: WorkerSettings) -> None:
         )
         await ensure_node_sync_schedule(temporal, settings)
         await ensure_sweep_schedule(temporal, settings)
-        bridge = Bridge(temporal, kube, slurm, settings)
+        bridge = Bridge(temporal, kube, slurm, settings, meter=meter)
         if settings.health_port:
             await stack.enter_async_context(HealthServer(bridge.readiness, settings.health_port))
         await bridge.run()

@@ -26,3 +26,19 @@ def slurm_observer(meter: MetricMeter) -> SlurmObserver:
         latency.record(seconds, attributes)
 
     return observe
+
+
+def slurm_health_observer(meter: MetricMeter) -> Callable[[bool], None]:
+    """The Slurm-health gate, as seen by this replica: 1 while Slurm answers, 0 while it is away."""
+    available = meter.create_gauge(
+        "slurm_bridge_slurm_available", "1 while Slurm answers, 0 while the Slurm-health gate is closed"
+    )
+    outages = meter.create_counter("slurm_bridge_slurm_outages", "times the Slurm-health gate closed")
+    available.set(1)
+
+    def observe(is_available: bool) -> None:
+        available.set(1 if is_available else 0)
+        if not is_available:
+            outages.add(1)
+
+    return observe

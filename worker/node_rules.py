@@ -17,7 +17,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.kube_client import Json, KubeClient, api_path
-from activities.placement import bridge_nodes
+from activities.node_source import list_bridge_nodes
 from activities.slurm_client import SlurmClient, SlurmNotFound
 from bridge import hostlist, keys
 from bridge.feasibility import excluded_slurm_nodes, group_feasibility
@@ -48,7 +48,7 @@ class ExclusionRefresher:
 
     async def refresh(self) -> int:
         """Tell the pending placements whose usable nodes changed; returns how many."""
-        nodes = await bridge_nodes(self.kube)
+        nodes = await list_bridge_nodes(self.kube)
         if not nodes:
             return 0
         listed = await self.kube.request(

@@ -18,6 +18,7 @@ and, with back-off, after failures).
 """
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
@@ -46,10 +47,15 @@ from bridge.pod_events import job_id_label, pod_event
 from worker.delivery import LatestPerKey
 from worker.informer import EventType, Informer, missing, uid_key
 from worker.job_registry import LiveJobs
+from worker.pod_group_waits import PodGroupWaits
 from workflows.placement import PlacementWorkflow
 
 log = logging.getLogger(__name__)
 DEFAULT_INSTALLATION = "slurm-bridge"
+POD_GROUP_NOT_FOUND = "PodGroupNotFound"
+START_ATTEMPTS = 5  # start, or join by signal, a placement that may be ending meanwhile
+# How a waiting pod is told why: PodScheduled=False and an Event, both with this reason and message.
+Tell = Callable[[PodRef, str, str], Awaitable[None]]
 
 
 def group_workflow_id(group: grouping.Group, installation: str = DEFAULT_INSTALLATION) -> str:
@@ -117,8 +123,11 @@ class PodWatcher:
         jobs: LiveJobs | None = None,
         deletion_slack_seconds: float = 60.0,
         eviction_patience_seconds: float = 300.0,
+        tell: Tell | None = None,
+        step_heartbeat_seconds: float = 15.0,
     ) -> None:
         self.kube = kube
+        self.tell = tell
         self.temporal = temporal
         self.task_queue = task_queue
         self.scheduler_name = scheduler_name
@@ -126,6 +135,7 @@ class PodWatcher:
         self.jobs = jobs if jobs is not None else LiveJobs()
         self.deletion_slack_seconds = deletion_slack_seconds
         self.eviction_patience_seconds = eviction_patience_seconds
+        self.step_heartbeat_seconds = step_heartbeat_seconds
         self.starts = 0  # placements started (for the benchmark and metrics)
         self.signals = 0  # pod_changed signals delivered
         self._workflow_of: dict[str, str] = {}  # pod uid → placement workflow id
@@ -135,6 +145,8 @@ class PodWatcher:
         self._finished: set[str] = set()  # uids of claimed pods that finished
         self._started: set[str] = set()  # uids whose placement was started or joined
         self._delivery: LatestPerKey[Delivery] = LatestPerKey(self._deliver)
+        # Pods whose PodGroup does not exist yet: started when it appears.
+        self.pod_group_waits = PodGroupWaits(kube, self._pod_group_appeared)
         self.informer = Informer(
             kube,
             api_path("pods"),
@@ -150,6 +162,7 @@ class PodWatcher:
         await self.informer.run()
 
     async def close(self) -> None:
+        await self.pod_group_waits.close()
         await self._delivery.close()
 
     def _on_event(self, kind: EventType, pod: Json) -> None:
@@ -171,9 +184,11 @@ class PodWatcher:
             return  # another bridge installation's pod
         legacy = claim is None and bridge_involved(pod)  # placed by a bridge before placement ids
         start = claim is None and not legacy and wants_placement(event)
+        uid = event.pod.uid
+        if not start and self.pod_group_waits.waiting(uid):
+            self.pod_group_waits.forget(uid)  # bound by someone else, finished or being deleted
         if not (start or claim or legacy):
             return  # bound by someone else, or finished before we ever saw it
-        uid = event.pod.uid
         self._refs[uid] = event.pod
         if claim is not None:
             self._workflow_of[uid] = workflow_id_of(claim)
@@ -183,7 +198,8 @@ class PodWatcher:
         signature = (event.terminal, event.deleting, event.job_annotations)
         if start:
             if uid in self._started:
-                return  # its placement has it (in the start request or by signal)
+                self.pod_group_waits.update(pod)
+                return  # its placement has it (in the start request or by signal), or it waits
             self._started.add(uid)
         elif self._signature.get(uid) == signature:
             return
@@ -204,6 +220,7 @@ class PodWatcher:
             self.jobs.track(job_id, placement_id)
 
     def _observe_gone(self, pod: PodRef) -> None:
+        self.pod_group_waits.forget(pod.uid)
         self._refs.pop(pod.uid, None)
         self._signature.pop(pod.uid, None)
         self._started.discard(pod.uid)
@@ -214,9 +231,13 @@ class PodWatcher:
         if pod.uid in self._workflow_of:
             self._delivery.submit(pod.uid, (PodEvent(pod=pod, gone=True), None, False))
 
-    async def _group_of(self, pod: Json, ref: PodRef) -> grouping.Group:
+    async def _group_of(self, pod: Json, ref: PodRef, *, start: bool) -> grouping.Group:
         try:
             return await grouping.resolve(KubeReader(self.kube), pod)
+        except grouping.PodGroupNotFound:
+            if start:
+                raise  # it waits for its group
+            return solo_group(ref)
         except grouping.GroupError as error:
             # Placed alone, so its translation reports the problem on the pod.
             log.info("pod %s: %s", ref.key, error)
@@ -227,13 +248,17 @@ class PodWatcher:
         wid = self._workflow_of.get(uid)
         group = None
         if wid is None and pod is not None:
-            group = await self._group_of(pod, event.pod)
+            try:
+                group = await self._group_of(pod, event.pod, start=start)
+            except grouping.PodGroupNotFound as missing:
+                await self._wait_for_pod_group(missing, pod, event.pod)
+                return
             if start:
                 wid = group_workflow_id(group, self.installation)
             else:  # legacy: the old id, and its job (whose comment is that id) to follow
                 wid = legacy_workflow_id(group)
                 self._follow_job(uid, pod, wid)
-            self._workflow_of[uid] = wid
+                self._workflow_of[uid] = wid
         if wid is None:
             return
         if event.gone:
@@ -247,7 +272,10 @@ class PodWatcher:
                 installation=self.installation,
                 deletion_slack_seconds=self.deletion_slack_seconds,
                 eviction_patience_seconds=self.eviction_patience_seconds,
+                step_heartbeat_seconds=self.step_heartbeat_seconds,
             )
+            # Only once started: a failed start is retried as a start, not as a signal.
+            self._workflow_of[uid] = wid
             self.starts += 1
             return
         handle: WorkflowHandle[Any, Any] = self.temporal.get_workflow_handle(wid)
@@ -260,6 +288,19 @@ class PodWatcher:
             return
         self.signals += 1
 
+    async def _wait_for_pod_group(self, missing: grouping.PodGroupNotFound, pod: Json, ref: PodRef) -> None:
+        """Not placed alone: the pod waits, told why, until its PodGroup is created."""
+        if self.pod_group_waits.add(missing.kind, missing.namespace, missing.name, pod):
+            log.info("pod %s waits: %s", ref.key, missing)
+            if self.tell is not None:
+                await self.tell(ref, POD_GROUP_NOT_FOUND, str(missing))
+        await self.pod_group_waits.recheck(missing.kind, missing.namespace, missing.name)
+
+    def _pod_group_appeared(self, pods: list[Json]) -> None:
+        for pod in pods:
+            event = pod_event(pod, gone=False)
+            self._delivery.submit(event.pod.uid, (event, pod, True))
+
 
 async def start_placement_workflow(
     temporal: Client,
@@ -270,6 +311,7 @@ async def start_placement_workflow(
     installation: str = DEFAULT_INSTALLATION,
     deletion_slack_seconds: float = 60.0,
     eviction_patience_seconds: float = 300.0,
+    step_heartbeat_seconds: float = 15.0,
     generation: str | None = None,
     members: list[PodEvent] | None = None,
     retry: bool = False,
@@ -296,30 +338,43 @@ async def start_placement_workflow(
         recovery=retry,
         deletion_slack_seconds=deletion_slack_seconds,
         eviction_patience_seconds=eviction_patience_seconds,
+        step_heartbeat_seconds=step_heartbeat_seconds,
         events=events,
     )
-    try:
-        return await temporal.start_workflow(
-            PlacementWorkflow.run,
-            request,
-            id=wid,
-            task_queue=task_queue,
-            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-            search_attributes=TypedSearchAttributes(
-                [
-                    SearchAttributePair(sa.POD_NAMESPACE, pod.namespace),
-                    SearchAttributePair(sa.POD_NAME, pod.name),
-                    SearchAttributePair(sa.POD_UID, pod.uid),
-                    SearchAttributePair(sa.PLACEMENT_GROUP, group.name),
-                    SearchAttributePair(sa.PLACEMENT_PHASE, "Pending"),
-                ]
-            ),
-            static_summary=f"place {group.kind} {group.name} with Slurm" + (" (retry)" if retry else ""),
-        )
-    except WorkflowAlreadyStartedError:
+    for _ in range(START_ATTEMPTS):
+        try:
+            return await temporal.start_workflow(
+                PlacementWorkflow.run,
+                request,
+                id=wid,
+                task_queue=task_queue,
+                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+                id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+                search_attributes=TypedSearchAttributes(
+                    [
+                        SearchAttributePair(sa.POD_NAMESPACE, pod.namespace),
+                        SearchAttributePair(sa.POD_NAME, pod.name),
+                        SearchAttributePair(sa.POD_UID, pod.uid),
+                        SearchAttributePair(sa.PLACEMENT_GROUP, group.name),
+                        SearchAttributePair(sa.PLACEMENT_PHASE, "Pending"),
+                    ]
+                ),
+                static_summary=f"place {group.kind} {group.name} with Slurm" + (" (retry)" if retry else ""),
+            )
+        except WorkflowAlreadyStartedError:
+            pass
         # The group's placement runs: this pod joins it (or is told it is too late).
         handle: WorkflowHandle[Any, Any] = temporal.get_workflow_handle(wid)
-        for member in events:
-            await handle.signal(PlacementWorkflow.pod_changed, member)
+        try:
+            for member in events:
+                await handle.signal(PlacementWorkflow.pod_changed, member)
+        except RPCError as error:
+            if error.status != RPCStatusCode.NOT_FOUND:
+                raise
+            # It ended between the start and the signal (a restarted group's last placement
+            # cleaning up): these pods open the next generation, so start again.
+            log.info("placement %s ended before %s could join it; starting it again", wid, pod.key)
+            continue
         return handle
+    # Raised to the delivery queue, which tries again later.
+    raise RuntimeError(f"placement {wid} kept ending while {pod.key} was joining it")

@@ -246,6 +246,15 @@ class WorkerSettings(LeaseSettings, TemporalSettings):
         description="seconds between the job watcher's state probes",
         validation_alias=env("JOB_WATCH_INTERVAL", "job_watch_interval"),
     )
+    # While Slurm is away (the Slurm-health gate is closed), how often one `GET /ping/` asks
+    # whether it answers again; placements waiting for it resume within about this long.
+    slurm_probe_interval: float = Field(
+        2.0,
+        gt=0,
+        le=60,
+        description="seconds between health probes while Slurm is away",
+        validation_alias=env("SLURM_PROBE_INTERVAL", "slurm_probe_interval"),
+    )
     # A bound pod being deleted whose kubelet never confirms (its node is gone) keeps its
     # Slurm job this long past its grace period; then the job is released (docs/operations.md).
     deletion_slack: float = Field(
@@ -263,6 +272,16 @@ class WorkerSettings(LeaseSettings, TemporalSettings):
         le=86400,
         description="seconds a PodDisruptionBudget may hold back an eviction",
         validation_alias=env("EVICTION_PATIENCE", "eviction_patience"),
+    )
+    # A placement step whose worker stops heartbeating this long (it was killed) is tried again
+    # on another worker; attempts heartbeat only once they ran a third of it (worker/heartbeat.py).
+    # Placements started by the operator's CLI (`retry`) or the sweep use the default.
+    step_heartbeat_timeout: float = Field(
+        15.0,
+        ge=1,
+        le=60,
+        description="seconds a placement step's worker may stay silent before another takes the step",
+        validation_alias=env("STEP_HEARTBEAT_TIMEOUT", "step_heartbeat_timeout"),
     )
     node_sync_interval: float = Field(
         30.0,
@@ -330,6 +349,15 @@ class WorkerSettings(LeaseSettings, TemporalSettings):
         le=100_000,
         description="workflows kept in memory between tasks; 0 = no cache",
         validation_alias=env("TEMPORAL_MAX_CACHED_WORKFLOWS", "temporal_max_cached_workflows"),
+    )
+    # How long a workflow task waits for the worker that has the placement in its cache before any
+    # worker takes it: after a worker dies, its placements' next steps wait this long (SDK: 10 s).
+    temporal_sticky_timeout: float = Field(
+        10.0,
+        ge=1,
+        le=60,
+        description="seconds a workflow task waits for the worker that has the placement cached",
+        validation_alias=env("TEMPORAL_STICKY_TIMEOUT", "temporal_sticky_timeout"),
     )
     # Leader election on a coordination.k8s.io/v1 Lease (worker/leader.py): the
     # watchers run on one replica at a time. Timings as client-go's, in seconds.

@@ -21,13 +21,14 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeGuard
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from activities.errors import SLURM_UNAVAILABLE
     from activities.placement import PlacementActivities
     from activities.slurm import is_live
     from bridge import keys
@@ -60,11 +61,26 @@ ATTEMPT_TIMEOUT = timedelta(seconds=60)
 STUCK_PAUSE = timedelta(minutes=1)
 EVICTION_RETRY = timedelta(seconds=10)
 LEAVING_POLL = timedelta(seconds=1)
+# Patch: an activity's older read of a job no longer replaces a later stage told by signal.
+KEEP_NEWER_JOB_VIEW = "keep-newer-job-view"
 # The safety re-check backs off while nothing changes: a bound pod costs a few actions a day.
 MAX_RECHECK = timedelta(hours=6)
+# Slurm away (a step failed as SlurmUnavailable): the placement waits for the Slurm-health
+# gate's `slurm_available` signal. The leader's waker signals again a few seconds after a
+# recovery and looks for waiting placements every 30 s, so this timer is a last resort for a
+# waker that is gone; each firing while Slurm is still away costs two actions, so it is long.
+SLURM_GATE_PATCH = "slurm-health-gate"
+WAITING_FOR_SLURM = "WaitingForSlurm"  # its PlacementPhase while it waits
+SLURM_WAIT_FIRST = timedelta(minutes=5)
+SLURM_WAIT_MAX = timedelta(minutes=30)
 
 
-@workflow.defn(name=WORKFLOW_TYPE)
+# Run outside the SDK's sandbox in production: a sandboxed run re-executes this module for
+# every placement, which cost ~50 KiB of memory per cached placement and CPU on every start
+# (docs/performance.md). The sandbox only guards against non-deterministic calls; the test
+# suite runs this workflow inside it (Bridge.sandbox_every_workflow), and replay against the
+# golden histories guards determinism as before.
+@workflow.defn(name=WORKFLOW_TYPE, sandboxed=False)
 class PlacementWorkflow(GroupMembers):
     @workflow.init
     def __init__(self, request: PlacementRequest) -> None:
@@ -91,6 +107,10 @@ class PlacementWorkflow(GroupMembers):
         self._leaving_since: datetime | None = None  # first seen pods of an ended job on our nodes
         self._leaving_bound = timedelta(0)
         self._nodes_changed = False  # the job's excluded nodes may no longer fit the node rules
+        self._slurm_away = False  # a step waits for Slurm (the gate's signal)
+        self._slurm_back = False
+        self._slurm_wait = SLURM_WAIT_FIRST
+        self._phase_before_slurm_away: str | None = None
         for event in request.events:
             self._apply_pod(event)
         if request.carry is not None:
@@ -113,6 +133,11 @@ class PlacementWorkflow(GroupMembers):
         """The bridge's nodes changed: an unschedulable placement looks again, a pending one updates."""
         self._nodes_changed = True
         self._changes += 1
+
+    @workflow.signal
+    def slurm_available(self) -> None:
+        """The Slurm-health gate saw Slurm answer again: a step waiting for it runs again now."""
+        self._slurm_back = True
 
     @workflow.signal
     def set_recheck_interval(self, seconds: float) -> None:
@@ -324,6 +349,7 @@ class PlacementWorkflow(GroupMembers):
         self.slurm_nodes = result.slurm_nodes
         self.state.nodes = result.slurm_nodes
         self.state.kube_nodes = result.nodes
+        self.state.claims = result.claims
         self.state.pending_reason = ""
         self._set_phase("Bound", f"Slurm job {result.job.job_id} on {', '.join(result.slurm_nodes)}")
         # The one upsert of a placement: what an operator searches for once pods run.
@@ -581,6 +607,8 @@ class PlacementWorkflow(GroupMembers):
             warning=warning,
             condition=condition,
             force_delete=force_delete,
+            # DRA arrived with the claims' bookkeeping: a placement bound before wrote none.
+            claims=self.state.claims,
         )
         # Never end while holding a job or a finalizer: this step is tried until it succeeds.
         blocked: list[str] = await self._step(
@@ -600,6 +628,16 @@ class PlacementWorkflow(GroupMembers):
         return self.state.job_id
 
     def _note_job(self, job: JobEvent) -> None:
+        """Take an activity's read of the job, unless a signal told of a later stage meanwhile.
+
+        An activity reads the job before it returns; a job_changed signal sent after that read
+        may be handled first (a worker died and the task waited, or simply signals come first
+        in an activation). The older read must not undo it: the job watcher will not say again
+        what it said once, so the placement would wait for the safety re-check (10 minutes).
+        """
+        held = self.jobs.get(job.job_id)
+        if held is not None and held.progress > job.progress and workflow.patched(KEEP_NEWER_JOB_VIEW):
+            return
         self.jobs[job.job_id] = job
         self.state.job_state = job.summary
 
@@ -624,17 +662,30 @@ class PlacementWorkflow(GroupMembers):
         bound = timedelta(seconds=self.request.step_bound_seconds)
         pause = min(STUCK_PAUSE, bound)
         while True:
+            self._slurm_back = False  # a recovery signalled from now on wakes the next wait, if any
             try:
-                return await workflow.execute_activity_method(
+                result = await workflow.execute_activity_method(
                     method,
                     args=list(args),
                     start_to_close_timeout=ATTEMPT_TIMEOUT,
+                    # A worker killed mid-step is noticed in seconds, not after the whole attempt.
+                    heartbeat_timeout=timedelta(seconds=self.request.step_heartbeat_seconds),
                     schedule_to_close_timeout=bound,
                     retry_policy=RETRY,
                     summary=summary,
                 )
+                if self._slurm_away:
+                    self._slurm_is_back()
+                return result
             except ActivityError as error:
                 cause = error.cause
+                # Never on the normal path: the patch marker is written only once Slurm was away.
+                if _is_slurm_away(cause) and workflow.patched(SLURM_GATE_PATCH):
+                    await self._wait_for_slurm(summary, cause.message)
+                    # The next try is a new activity (its attempt 1): a submission whose answer was
+                    # lost may have reached Slurm, so it looks for this placement's job first.
+                    args = tuple(_as_recovery(arg) for arg in args)
+                    continue
                 final = isinstance(cause, ApplicationError) and cause.non_retryable
                 if final and not must_finish:
                     raise
@@ -643,6 +694,54 @@ class PlacementWorkflow(GroupMembers):
                 await self._report_stuck(summary, error)
                 await workflow.sleep(pause, summary=f"retry: {summary}")
                 pause = min(pause * 2, timedelta(minutes=10))
+                # The next try is a new activity too: a submission of the stuck one may have
+                # reached Slurm, so it looks for this placement's job first (exactly once).
+                args = tuple(_as_recovery(arg) for arg in args)
+
+    async def _wait_for_slurm(self, summary: str, reason: str) -> None:
+        """Slurm is away (the worker's gate confirmed it): say so once, then wait for the gate.
+
+        The first time: the phase attribute becomes WaitingForSlurm (what the gate's
+        waker looks for) and the pods are told why they wait, once for the whole
+        outage. Then the step waits for `slurm_available`, or for a safety timer
+        that backs off from SLURM_WAIT_FIRST to SLURM_WAIT_MAX.
+        """
+        if not self._slurm_away:
+            self._slurm_away = True
+            self._slurm_wait = SLURM_WAIT_FIRST
+            self.state.slurm_unavailable = reason
+            current = workflow.info().typed_search_attributes.get(sa.PLACEMENT_PHASE)
+            self._phase_before_slurm_away = current
+            workflow.upsert_search_attributes([sa.PLACEMENT_PHASE.value_set(WAITING_FOR_SLURM)])
+            message = f"waiting for Slurm: {reason}; placement resumes by itself once Slurm answers"
+            workflow.logger.warning("placement %s: %s", workflow.info().workflow_id, message)
+            with contextlib.suppress(ActivityError):  # best effort, as a stuck report
+                await workflow.execute_activity_method(
+                    PlacementActivities.report_slurm_unavailable,
+                    args=[self._pods(), message, not self.state.kube_nodes],
+                    start_to_close_timeout=timedelta(seconds=30),
+                    schedule_to_close_timeout=timedelta(seconds=60),
+                    summary="tell the pods Slurm is unavailable",
+                )
+        workflow.set_current_details(f"waiting for Slurm ({summary}): {reason}")
+        try:
+            await workflow.wait_condition(
+                lambda: self._slurm_back,
+                timeout=self._slurm_wait,
+                timeout_summary="safety re-check: is Slurm back?",
+            )
+        except TimeoutError:
+            self._slurm_wait = min(self._slurm_wait * 2, SLURM_WAIT_MAX)
+
+    def _slurm_is_back(self) -> None:
+        """A step succeeded after Slurm was away: the phase attribute goes back to what it was."""
+        self._slurm_away = False
+        self.state.slurm_unavailable = ""
+        self.state.pending_reason = ""  # Slurm's next pending reason replaces SlurmUnavailable
+        previous = self._phase_before_slurm_away
+        workflow.upsert_search_attributes(
+            [sa.PLACEMENT_PHASE.value_set(previous) if previous else sa.PLACEMENT_PHASE.value_unset()]
+        )
 
     async def _report_stuck(self, summary: str, error: ActivityError) -> None:
         """Best effort: the dependency that failed may be the one this report needs."""
@@ -658,3 +757,13 @@ class PlacementWorkflow(GroupMembers):
                 schedule_to_close_timeout=timedelta(seconds=60),
                 summary="report a stuck step",
             )
+
+
+def _is_slurm_away(cause: BaseException | None) -> TypeGuard[ApplicationError]:
+    """An activity's failure that says Slurm is away (activities/errors.py, waits_for_slurm)."""
+    return isinstance(cause, ApplicationError) and cause.type == SLURM_UNAVAILABLE
+
+
+def _as_recovery(arg: Any) -> Any:
+    """A submission's input, told that a job of this placement may exist already."""
+    return arg.model_copy(update={"recovery": True}) if isinstance(arg, PrepareInput) else arg

@@ -12,6 +12,7 @@ def grants(*verbs_by_resource: tuple[str, list[str], list[str]]) -> set[Grant]:
 WORKER = grants(
     ("", ["pods"], ["get", "list", "watch", "patch", "delete"]),
     ("", ["pods/binding"], ["create"]),
+    ("", ["pods/eviction"], ["create"]),
     ("", ["pods/status"], ["patch"]),
     ("", ["events"], ["create", "patch"]),
     ("", ["nodes"], ["get", "list", "watch", "patch"]),
@@ -20,8 +21,16 @@ WORKER = grants(
     ("apps", ["replicasets", "deployments", "statefulsets"], ["get"]),
     ("jobset.x-k8s.io", ["jobsets"], ["get"]),
     ("leaderworkerset.x-k8s.io", ["leaderworkersets"], ["get"]),
-    ("scheduling.x-k8s.io", ["podgroups"], ["get"]),
-    ("scheduling.k8s.io", ["podgroups", "workloads"], ["get"]),
+    # PodGroups: owner lookups, and a watch while a pod waits for its PodGroup to be created.
+    ("scheduling.x-k8s.io", ["podgroups"], ["get", "list", "watch"]),
+    ("scheduling.k8s.io", ["podgroups"], ["get", "list", "watch"]),
+    ("scheduling.k8s.io", ["workloads"], ["get"]),
+    # The built-in PodGroup's PodGroupScheduled condition.
+    ("scheduling.k8s.io", ["podgroups/status"], ["patch"]),
+    # DRA claims pinned to Slurm's devices (activities/dra.py).
+    ("resource.k8s.io", ["resourceclaims"], ["list", "create", "delete"]),
+    ("resource.k8s.io", ["resourceclaims/status"], ["patch"]),
+    ("resource.k8s.io", ["deviceclasses", "resourceslices"], ["list"]),
 )
 WORKER_LEASES = grants(("coordination.k8s.io", ["leases"], ["get", "create", "update"]))
 WEBHOOK = grants(("", ["namespaces"], ["get", "list", "watch"]))

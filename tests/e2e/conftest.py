@@ -1,6 +1,6 @@
 """The `stack` factory: a complete bridge on real Temporal and real Slurm per test."""
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -8,6 +8,7 @@ import pytest
 from temporalio.client import Client
 
 from bridge import keys
+from bridge.node_facts import gpu_count
 from tests.e2e.harness import Stack, bed_client, bed_settings
 from tests.kube_fake import FakeKubeServer
 from tests.slurm_bed import SlurmTestBed
@@ -22,15 +23,31 @@ async def make_stack(
     stacks: list[Stack] = []
 
     async def make(
-        nodes: int = 1, cpus: int = 4, memory_mb: int = 8000, *, bridge: bool = True, **overrides: Any
+        nodes: int = 1,
+        cpus: int = 4,
+        memory_mb: int = 8000,
+        *,
+        gres: str | Sequence[str] | None = None,
+        bridge: bool = True,
+        **overrides: Any,
     ) -> Stack:
-        partition = slurm_bed.make_partition(nodes=nodes, cpus=cpus, memory_mb=memory_mb)
+        """`gres`: each node's Slurm Gres ("gpu:2"), or one per node; Kubernetes sees nvidia.com/gpu."""
+        partition = slurm_bed.make_partition(nodes=nodes, cpus=cpus, memory_mb=memory_mb, gres=gres)
+        per_node = [gres or ""] * nodes if gres is None or isinstance(gres, str) else list(gres)
         kube = FakeKubeServer().start()
-        for name in partition.node_names:
+        for name, node_gres in zip(partition.node_names, per_node, strict=True):
             # Labelled as node sync's nodes are: the bridge's node filters consider them.
             kube.create_node(
                 name, cpu=str(cpus), memory=f"{memory_mb}Mi", labels={keys.LABEL_EXTERNAL_NODE: "true"}
             )
+            gpus = gpu_count(node_gres)
+            if gpus:
+                # What node sync would have registered the Slurm node from.
+                def add_gpus(node: dict[str, Any], gpus: int = gpus) -> None:
+                    for kind in ("capacity", "allocatable"):
+                        node["status"][kind]["nvidia.com/gpu"] = str(gpus)
+
+                kube.update_object("nodes", name, add_gpus)
         kubeconfig = kube.kubeconfig(tmp_path / f"kubeconfig-{len(stacks)}")
         settings = bed_settings(slurm_bed, kubeconfig, task_queue, partition=partition.name, **overrides)
         slurm = bed_client(slurm_bed, settings.slurm_api_version)

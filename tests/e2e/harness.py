@@ -65,7 +65,13 @@ def make_pod(
     memory: str = "256Mi",
     annotations: dict[str, str] | None = None,
     scheduler: str = keys.DEFAULT_SCHEDULER_NAME,
+    devices: dict[str, str] | None = None,
 ) -> Pod:
+    """`devices`: extended resources ("nvidia.com/gpu": "2"), as request and limit alike."""
+    requests = {"cpu": cpu, "memory": memory, **(devices or {})}
+    resources: dict[str, Any] = {"requests": requests}
+    if devices:
+        resources["limits"] = dict(devices)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -76,7 +82,7 @@ def make_pod(
                 {
                     "name": "main",
                     "image": "busybox",
-                    "resources": {"requests": {"cpu": cpu, "memory": memory}},
+                    "resources": resources,
                 }
             ],
         },
@@ -105,9 +111,13 @@ class Stack:
         from activities.kube_client import load_configuration
 
         kube_client = KubeClient(await load_configuration(str(self.kubeconfig)))
-        self.bridge = Bridge(self.temporal, kube_client, self.slurm, self.settings)
+        self.bridge = Bridge(
+            self.temporal, kube_client, self.slurm, self.settings, sandbox_every_workflow=True
+        )
         self._task = asyncio.create_task(self.bridge.run())
         await asyncio.wait_for(self.bridge.pod_watcher.synced.wait(), 10)
+        # Placements read nodes from the cache from here on (before, they list).
+        await asyncio.wait_for(self.bridge.node_cache.wait_until(lambda cache: cache.synced), 10)
         return self.bridge
 
     async def stop_bridge(self) -> None:
@@ -138,7 +148,7 @@ class Stack:
             namespace=self.temporal.namespace,
             data_converter=self.temporal.data_converter,
         )
-        bridge = Bridge(temporal, kube_client, slurm, self.settings)
+        bridge = Bridge(temporal, kube_client, slurm, self.settings, sandbox_every_workflow=True)
         task = asyncio.create_task(bridge.run())
         await asyncio.wait_for(bridge.pod_watcher.synced.wait(), 10)
         return Replica(bridge, task)
@@ -237,19 +247,23 @@ def free_port() -> int:
 
 def worker_env(stack: Stack, **extra: str) -> dict[str, str]:
     """The environment a `slurm-bridge worker` process of this stack runs with."""
-    s = stack.settings
+    return settings_env(stack.settings, stack.temporal.service_client.config.target_host, **extra)
+
+
+def settings_env(s: WorkerSettings, temporal_address: str, **extra: str) -> dict[str, str]:
+    """The environment of a `slurm-bridge worker` process with these test-bed settings."""
     return {
         **os.environ,
-        "TEMPORAL_ADDRESS": stack.temporal.service_client.config.target_host,
+        "TEMPORAL_ADDRESS": temporal_address,
         "TEMPORAL_TASK_QUEUE": s.temporal_task_queue,
         "SLURM_REST_URL": s.slurm_rest_url,
         "SLURM_USER_NAME": s.slurm_user_name or "",
         "SLURM_JWT_FILE": str(s.slurm_jwt_file),
         "SLURM_API_VERSION": s.slurm_api_version,
-        "KUBECONFIG": str(stack.kubeconfig),
+        "KUBECONFIG": s.kubeconfig or "",
         "SLURM_PARTITION": s.partition,
         "SCHEDULER_NAME": s.scheduler_name,
-        "JOB_WATCH_INTERVAL": "0.2",
+        "JOB_WATCH_INTERVAL": str(s.job_watch_interval),
         "HEALTH_PORT": "0",
         **extra,
     }

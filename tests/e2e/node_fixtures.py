@@ -93,7 +93,12 @@ class NodeStack:
             api_version=self.settings.slurm_api_version,
         )
         self.bridge = Bridge(
-            self.temporal, kube, slurm, self.settings, node_sync_schedule_id=self.schedule_id
+            self.temporal,
+            kube,
+            slurm,
+            self.settings,
+            node_sync_schedule_id=self.schedule_id,
+            sandbox_every_workflow=True,
         )
         self._task = asyncio.create_task(self.bridge.run())
         await asyncio.wait_for(self.bridge.node_watcher.synced.wait(), 10)

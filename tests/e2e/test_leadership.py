@@ -51,7 +51,7 @@ async def replica(stack: Stack) -> AsyncIterator[Running]:
         namespace=stack.temporal.namespace,
         data_converter=stack.temporal.data_converter,
     )
-    bridge = Bridge(temporal, kube, slurm, stack.settings)
+    bridge = Bridge(temporal, kube, slurm, stack.settings, sandbox_every_workflow=True)
     running = Running(bridge, asyncio.create_task(bridge.run()))
     try:
         yield running

@@ -5,11 +5,16 @@ two free nodes Slurm takes the first, so each test steers the pod to the second
 by a Kubernetes rule and checks that Slurm was told (`excluded_nodes`) and obeyed.
 """
 
+import asyncio
+import json
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from bridge import keys
+from bridge.slurm_api import JobDescMsg
 from tests.e2e.conftest import StackFactory
 from tests.e2e.harness import Pod, Stack, bound, finished_cleanly, job_id_of, make_pod
 
@@ -50,6 +55,49 @@ async def test_node_selector_excludes_the_other_nodes(make_stack: StackFactory) 
     pod = await stack.wait_pod("picky", bound)
     assert bound(pod) == second
     assert excluded(await submitted_job(stack, pod)) == first
+    await finish(stack, "picky")
+
+
+async def test_explain_prints_the_job_the_worker_submitted(make_stack: StackFactory) -> None:
+    stack = await make_stack(nodes=2, bridge=False)
+    submitted: list[JobDescMsg] = []
+    submit = stack.slurm.submit_job
+
+    async def recording(job: JobDescMsg) -> int:
+        submitted.append(job)
+        return await submit(job)
+
+    stack.slurm.submit_job = recording  # type: ignore[method-assign]
+    await stack.start_bridge()
+    first, second = stack.partition.node_names
+    pod_with(stack, "picky", nodeSelector={"kubernetes.io/hostname": second})
+    await stack.wait_pod("picky", bound)
+
+    settings = stack.settings
+    process = await asyncio.create_subprocess_exec(
+        str(Path(sys.executable).with_name("slurm-bridge")),
+        "explain",
+        f"{stack.namespace}/picky",
+        "--kubeconfig",
+        str(stack.kubeconfig),
+        "--partition",
+        settings.partition,
+        "--mcs-label",
+        settings.mcs_label,
+        "--installation",
+        settings.installation_id,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await process.communicate()
+    assert process.returncode == 0, err.decode()
+    [explained] = json.loads(out)
+    [job] = submitted
+    assert explained["unschedulable"] is None
+    assert explained["job_desc_msg"]["excluded_nodes"] == [first]
+    # The very job_desc_msg the worker sent to slurmrestd, comment (placement id) included.
+    as_sent = JobDescMsg.model_validate(explained["job_desc_msg"]).model_dump(mode="json", exclude_none=True)
+    assert as_sent == job.model_dump(mode="json", exclude_none=True)
     await finish(stack, "picky")
 
 

@@ -173,6 +173,79 @@ async def test_a_labelled_node_is_registered_with_its_resources_and_kept_in_step
     await replayer.replay_workflow(history)
 
 
+async def test_a_changed_gpu_count_re_registers_the_node_once_no_job_runs_there(
+    make_nodes: MakeNodes,
+) -> None:
+    # With gres.conf (a GPU per device file, as real GPU nodes have) Slurm refuses to change a
+    # node's GPU count in place (422, error 2072): only a new registration applies it.
+    stack = await make_nodes()
+    partition = stack.make_partition()
+    node = stack.add_external_node("gpus", partition.name, extra={"nvidia.com/gpu": "2"})
+    await stack.sync()
+    registered = await stack.slurm_node(node)
+    assert registered is not None
+    assert registered["gres"] == "gpu:2"
+
+    # Idle: registered again at once with the new count.
+    stack.edit_node(node, lambda n: n["status"]["allocatable"].update({"nvidia.com/gpu": "4"}))
+    again = await stack.wait_slurm(node, lambda n: (n or {}).get("gres") == "gpu:4")
+    assert again is not None
+    assert not drained(again)
+    result = await stack.sync()
+    assert result.failed == []
+    assert result.planned == []
+
+    # Busy: drained (no new job takes the GPUs that are going away), re-registered after the job.
+    job_id = await submit_job(stack, stack.job_partition(node))
+    assert await wait_job_running(stack, job_id) == [node]
+    stack.edit_node(node, lambda n: n["status"]["allocatable"].update({"nvidia.com/gpu": "1"}))
+    draining = await stack.wait_slurm(node, drained, timeout=15)
+    assert draining is not None
+    assert draining["reason"] == f"{OUR_PREFIX}re-registering external node {node}: GPUs 4 → 1"
+    assert draining["gres"] == "gpu:4"
+    result = await stack.sync()
+    assert result.failed == []
+    assert "RUNNING" in (await stack.slurm.get_job(job_id)).model_dump(mode="json")["job_state"]
+
+    await stack.slurm.cancel_job(job_id)
+    await stack.wait_slurm(node, lambda n: not is_busy(n or {}))
+    await stack.sync()
+    last = await stack.slurm_node(node)
+    assert last is not None
+    assert last["gres"] == "gpu:1"
+    assert not drained(last)
+
+
+async def test_gpus_only_a_dra_driver_publishes_are_registered(make_nodes: MakeNodes) -> None:
+    # No device plugin (no nvidia.com/gpu allocatable): the GPUs are the DRA driver's ResourceSlice.
+    stack = await make_nodes()
+    partition = stack.make_partition()
+    node = stack.add_external_node("dra", partition.name)
+    devices = [{"name": f"gpu-{i}", "attributes": {"index": {"int": i}}} for i in range(3)]
+    stack.kube.create_object(
+        "resourceslices.resource.k8s.io",
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"{node}-gpus"},
+            "spec": {
+                "driver": "gpu.example.com",
+                "nodeName": node,
+                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                "devices": devices,
+            },
+        },
+    )
+
+    result = await stack.sync()
+
+    assert result.failed == []
+    registered = await stack.slurm_node(node)
+    assert registered is not None
+    assert registered["gres"] == "gpu:3"
+    assert (await stack.sync()).planned == []
+
+
 async def test_a_missing_partition_is_reported_and_the_node_registered_once_fixed(
     make_nodes: MakeNodes,
 ) -> None:

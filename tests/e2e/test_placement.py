@@ -20,6 +20,7 @@ from bridge import keys
 from bridge.slurm_api import API_VERSIONS
 from tests.e2e.conftest import StackFactory
 from tests.e2e.harness import Pod, Stack, bound, finished_cleanly, job_id_of, slurm_bridge
+from worker.main import unsandboxed_runner
 from worker.operations import RetryRefused, retry_placement
 from workflows.placement import PlacementWorkflow
 
@@ -46,6 +47,7 @@ async def test_pod_is_bound_to_the_node_slurm_allocated_and_job_ends_with_the_po
     stack = await make_stack(nodes=2, slurm_api_version=api_version)
     assert stack.bridge is not None
     assert stack.bridge.slurm.api_version == stack.slurm.api_version == api_version
+    stack.kube.clear_requests()  # what the bridge's start listed is not this placement's
     created = stack.create_pod("trainer", cpu="2", memory="1Gi")
 
     pod = await stack.wait_pod("trainer", bound)
@@ -80,7 +82,19 @@ async def test_pod_is_bound_to_the_node_slurm_allocated_and_job_ends_with_the_po
     assert cost.billable_actions <= 8, cost.actions
     assert cost.events <= 40, cost.events
     assert set(cost.activities) == {"prepare_and_submit", "bind", "release"}
-    replayer = Replayer(workflows=[PlacementWorkflow], data_converter=pydantic_data_converter)
+    # The bridge's nodes came from the watched cache: no node listing for this placement.
+    assert stack.bridge is not None
+    assert (stack.bridge.node_cache.reads, stack.bridge.node_cache.listings) == (2, 0)  # submit, bind
+    # ... and its Kubernetes requests (watches aside) keep to docs/performance.md's budget:
+    # pod PATCH 4, pod GET 3, Events 3, binding 1, and 1 listing of the pods on the node.
+    made = [(r.method, r.path) for r in stack.kube.requests if r.query.get("watch") != "true"]
+    assert len(made) <= 12, made
+    assert ("GET", "/api/v1/nodes") not in made
+    replayer = Replayer(
+        workflows=[PlacementWorkflow],
+        data_converter=pydantic_data_converter,
+        unsandboxed_workflow_runner=unsandboxed_runner(sandbox_every_workflow=True),
+    )
     await replayer.replay_workflow(history)
     if os.environ.get("SLURM_BRIDGE_RECORD_HISTORY"):
         GOLDEN_HISTORY.write_text(history.to_json())

@@ -42,7 +42,7 @@ Deliberately not supported (each answers clearly or is ignored as noted):
 
 from .clock import FakeClock
 from .errors import ApiError
-from .faults import RecordedRequest
+from .faults import Hold, RecordedRequest
 from .kubelet import EXIT_CODE, RUN_SECONDS, FakeKubelet
 from .resources import DEFAULT_RESOURCES, ResourceType
 from .server import FakeKubeServer
@@ -55,6 +55,7 @@ __all__ = [
     "FakeClock",
     "FakeKubeServer",
     "FakeKubelet",
+    "Hold",
     "RecordedRequest",
     "ResourceType",
 ]

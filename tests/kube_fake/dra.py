@@ -7,8 +7,11 @@ required fields on create (a request needs a name and exactly one of
 ResourceSlice needs a driver, a pool and exactly one node selection), the
 ``allocationMode: ExactCount`` / ``count: 1`` defaults, and the claim status
 invariants (``reservedFor`` entries are complete and need an allocation).
-Names are not format-checked, CEL selectors are not compiled, and the
-immutability of a claim's spec and of an allocation is not enforced.
+A pod's ``status.extendedResourceClaimStatus`` (KEP-5004, what the scheduler writes
+for DRA-backed extended resources) is checked as validatePodExtendedResourceClaimStatus
+does: mappings present, each naming a container and one of its requested resources,
+no duplicates, a claim name. Names are not format-checked, CEL selectors are not
+compiled, and the immutability of a claim's spec and of an allocation is not enforced.
 """
 
 from __future__ import annotations
@@ -153,5 +156,59 @@ def validate_pod_claim_statuses(rt: ResourceType, name: str, new: JSON) -> None:
         if claim in seen:
             causes.append((at, "FieldValueDuplicate", f'Duplicate value: "{claim}"'))
         seen.add(claim)
+    if causes:
+        raise errors.invalid(rt, name, causes)
+
+
+def validate_pod_extended_resource_claim_status(rt: ResourceType, name: str, new: JSON) -> None:
+    """validatePodExtendedResourceClaimStatus, without the DNS format checks of the names."""
+    status = (new.get("status") or {}).get("extendedResourceClaimStatus")
+    if status is None:
+        return
+    spec = new.get("spec") or {}
+    containers = {
+        c.get("name"): c
+        for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+        if isinstance(c, dict)
+    }
+    path = "status.extendedResourceClaimStatus"
+    causes: list[Cause] = []
+    mappings = status.get("requestMappings") or []
+    if not mappings:
+        causes.append(_required(f"{path}.requestMappings", "at least one request mapping is required"))
+    seen: set[tuple[str, str, str]] = set()
+    for i, mapping in enumerate(mappings):
+        at = f"{path}.requestMappings[{i}]"
+        container_name = str(mapping.get("containerName", ""))
+        resource_name = str(mapping.get("resourceName", ""))
+        request_name = str(mapping.get("requestName", ""))
+        container = containers.get(container_name)
+        if container is None:
+            causes.append(
+                (
+                    f"{at}.containerName",
+                    "FieldValueInvalid",
+                    f'Invalid value: "{container_name}": must match the name of an entry in '
+                    "spec.initContainers.name or spec.containers.name",
+                )
+            )
+        elif resource_name not in ((container.get("resources") or {}).get("requests") or {}):
+            causes.append(
+                (
+                    f"{at}.resourceName",
+                    "FieldValueInvalid",
+                    f'Invalid value: "{resource_name}": must match the extended resource name of an entry in '
+                    "spec.initContainers.resources.requests or spec.containers.resources.requests",
+                )
+            )
+        if not request_name:
+            causes.append(_required(f"{path}.requestName"))
+        key = (container_name, resource_name, request_name)
+        if key in seen:
+            for field, value in zip(("containerName", "resourceName", "requestName"), key, strict=True):
+                causes.append((f"{at}.{field}", "FieldValueDuplicate", f'Duplicate value: "{value}"'))
+        seen.add(key)
+    if not status.get("resourceClaimName"):
+        causes.append(_required(f"{path}.resourceClaimName"))
     if causes:
         raise errors.invalid(rt, name, causes)

@@ -36,11 +36,69 @@ class _Rule:
         return self.remaining > 0 and self.method in ("*", method) and bool(self.pattern.search(path))
 
 
+class Hold:
+    """One request parked by ``Faults.hold_next`` until the test releases or drops it.
+
+    ``applied=False``: parked before it reaches the store (``drop()`` means it never happens).
+    ``applied=True``: the change is made, the answer is parked (the client does not know yet).
+    """
+
+    def __init__(
+        self,
+        cond: threading.Condition,
+        method: str,
+        pattern: re.Pattern[str],
+        body: str | None,
+        applied: bool,
+    ) -> None:
+        self._cond = cond
+        self.method = method
+        self.pattern = pattern
+        self.body = body
+        self.applied = applied
+        self.request: RecordedRequest | None = None  # the parked request, once one arrived
+        self._outcome: str | None = None  # "release" or "drop"
+
+    def matches(self, method: str, path: str, raw: bytes) -> bool:
+        return (
+            self.request is None
+            and self.method in ("*", method)
+            and bool(self.pattern.search(path))
+            and (self.body is None or self.body in raw.decode("utf-8", "replace"))
+        )
+
+    @property
+    def arrived(self) -> bool:
+        with self._cond:
+            return self.request is not None
+
+    def release(self) -> None:
+        """Let the parked request go on: applied (if it was not yet) and answered."""
+        self._decide("release")
+
+    def drop(self) -> None:
+        """Close the parked request's connection without an answer (and without applying it, if not yet)."""
+        self._decide("drop")
+
+    def _decide(self, outcome: str) -> None:
+        with self._cond:
+            self._outcome = outcome
+            self._cond.notify_all()
+
+    def park(self, cancelled: threading.Event) -> bool:
+        """Block the handler thread until decided (or server shutdown); True to go on."""
+        with self._cond:
+            while self._outcome is None and not cancelled.is_set():
+                self._cond.wait(0.1)
+            return self._outcome == "release"
+
+
 class Faults:
     def __init__(self, cond: threading.Condition) -> None:
         # Shares the store's condition so ``wait_for`` can also wait on requests.
         self._cond = cond
         self._rules: list[_Rule] = []
+        self._holds: list[Hold] = []
         self._log: list[RecordedRequest] = []
         self._cancel = threading.Event()
 
@@ -91,6 +149,34 @@ class Faults:
         """Forget every fault not yet used up: the API server is healthy again."""
         with self._cond:
             self._rules.clear()
+
+    def hold_next(self, method: str, path_regex: str, *, body: str | None = None, applied: bool) -> Hold:
+        hold = Hold(self._cond, method.upper(), re.compile(path_regex), body, applied)
+        with self._cond:
+            self._holds.append(hold)
+        return hold
+
+    def take_hold(self, method: str, path: str, raw: bytes, request: RecordedRequest) -> Hold | None:
+        """The first armed hold this request matches, now holding it (each hold takes one request)."""
+        with self._cond:
+            for hold in self._holds:
+                if hold.matches(method, path, raw):
+                    hold.request = request
+                    self._holds.remove(hold)
+                    self._cond.notify_all()
+                    return hold
+        return None
+
+    def disarm(self, hold: Hold) -> None:
+        """A hold no longer wanted: unarmed if nothing arrived, else its request goes on."""
+        with self._cond:
+            if hold in self._holds:
+                self._holds.remove(hold)
+        if hold.arrived:
+            hold.release()
+
+    def park(self, hold: Hold) -> bool:
+        return hold.park(self._cancel)
 
     def take(self, method: str, path: str) -> tuple[float, errors.ApiError | None]:
         """Consume matching rules: total delay to apply and the error to answer, if any."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import select
 import socket
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 from . import discovery, errors, subresources
+from .faults import Hold
 from .resources import ResourceType
 from .store import Filter, Mode
 from .watch import WatchStream, parse_rv
@@ -129,7 +131,11 @@ class KubeHandler(BaseHTTPRequestHandler):
         try:
             raw = self._read_body()
             ctype = self.headers.get("Content-Type", "")
-            app.faults.record(method, url.path, query, ctype, raw)
+            recorded = app.faults.record(method, url.path, query, ctype, raw)
+            hold = app.faults.take_hold(method, url.path, raw, recorded)
+            if hold is not None and not hold.applied and not app.faults.park(hold):
+                self.close_connection = True  # dropped: never applied, never answered
+                return
             delay, injected = app.faults.take(method, url.path)
             if delay:
                 app.faults.sleep(delay)
@@ -138,7 +144,10 @@ class KubeHandler(BaseHTTPRequestHandler):
             public = url.path in ("/healthz", "/livez", "/readyz")
             if app.token and not public and self.headers.get("Authorization") != f"Bearer {app.token}":
                 raise errors.ApiError(401, "Unauthorized", "Unauthorized")
-            self._route(method, url.path, query, ctype, raw)
+            if hold is not None and hold.applied:
+                self._route_then_park(hold, method, url.path, query, ctype, raw)
+            else:
+                self._route(method, url.path, query, ctype, raw)
         except errors.ApiError as exc:
             self._send_json(exc.code, exc.status(), exc.headers)
         except (BrokenPipeError, ConnectionResetError):
@@ -147,6 +156,24 @@ class KubeHandler(BaseHTTPRequestHandler):
             traceback.print_exc(file=sys.stderr)
             err = errors.ApiError(500, "InternalError", f"Internal error occurred: kube_fake: {exc!r}")
             self._send_json(500, err.status())
+
+    def _route_then_park(
+        self, hold: Hold, method: str, path: str, query: dict[str, str], ctype: str, raw: bytes
+    ) -> None:
+        """Apply the request now, answer it (whatever the answer) only once the hold is released."""
+        socket_file, self.wfile = self.wfile, io.BytesIO()
+        try:
+            try:
+                self._route(method, path, query, ctype, raw)
+            except errors.ApiError as exc:
+                self._send_json(exc.code, exc.status(), exc.headers)
+            answer = self.wfile.getvalue()
+        finally:
+            self.wfile = socket_file
+        if not self.server.app.faults.park(hold):
+            self.close_connection = True
+            return
+        self.wfile.write(answer)
 
     # -------------------------------------------------------------- routing
     def _route(self, method: str, path: str, query: dict[str, str], ctype: str, raw: bytes) -> None:

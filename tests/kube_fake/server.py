@@ -20,7 +20,7 @@ import kubernetes.client
 from .clock import Clock, FakeClock, RealClock
 from .controllers import ControllerManager
 from .disruption import DisruptionController
-from .faults import Faults, RecordedRequest
+from .faults import Faults, Hold, RecordedRequest
 from .handler import KubeHTTPServer
 from .kubelet import FakeKubelet
 from .resources import DEFAULT_RESOURCES, Registry, ResourceType
@@ -206,6 +206,19 @@ class FakeKubeServer:
     def clear_faults(self) -> None:
         """Drop the faults still pending (fail_next, delay_next): an outage that ends."""
         self.faults.clear_rules()
+
+    def hold_next(self, method: str, path_regex: str, *, body: str | None = None, applied: bool) -> Hold:
+        """Park the next request matching method, ``re.search(path_regex, path)`` and (if given) a
+        substring of its body, until ``release()`` or ``drop()`` on the returned hold.
+
+        ``applied=False`` parks it before the store sees it; ``applied=True`` makes the change and
+        parks the answer. ``hold.arrived`` turns true (and store waiters wake) once one is parked:
+        a test can act exactly between two writes of a client, e.g. kill it."""
+        return self.faults.hold_next(method, path_regex, body=body, applied=applied)
+
+    def disarm(self, hold: Hold) -> None:
+        """Take back a hold: no later request is parked by it; a parked one goes on."""
+        self.faults.disarm(hold)
 
     def block_evictions(self, count: int | None = None) -> None:
         """Make the next ``count`` evictions (None: all, until unblocked) fail

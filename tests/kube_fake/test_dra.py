@@ -135,3 +135,55 @@ def test_pod_resource_claim_statuses_are_written_through_pods_status(core: Clien
             'Invalid value: "tpu": must match the name of an entry in `spec.resourceClaims`',
         )
     ]
+
+
+def test_pod_extended_resource_claim_status_maps_requested_resources_to_a_claim(core: Client) -> None:
+    gpu = "deviceclass.resource.kubernetes.io/gpu.example.com"
+    containers = [
+        {"name": "main", "image": "busybox:1.36", "resources": {"requests": {gpu: "1"}, "limits": {gpu: "1"}}}
+    ]
+    core.create_namespaced_pod("default", pod_body("p", containers=containers))
+    mapping = {"containerName": "main", "requestName": "container-0-request-0", "resourceName": gpu}
+    status = {"requestMappings": [mapping], "resourceClaimName": "p-extended-resources-x7k2q"}
+    pod = core.patch_namespaced_pod_status(
+        "p", "default", {"status": {"extendedResourceClaimStatus": status}}
+    )
+    written = pod.status.extended_resource_claim_status
+    assert written.resource_claim_name == "p-extended-resources-x7k2q"
+    assert [(m.container_name, m.request_name, m.resource_name) for m in written.request_mappings] == [
+        ("main", "container-0-request-0", gpu)
+    ]
+    assert pod.status.phase == "Pending"  # a strategic merge: the rest of status stays
+
+    field = "status.extendedResourceClaimStatus"
+    bad = [
+        {**mapping, "containerName": "sidecar"},
+        {**mapping, "resourceName": "deviceclass.resource.kubernetes.io/dra.cpu"},
+    ]
+    invalid = {"requestMappings": bad, "resourceClaimName": ""}
+    # JSON patch: the typed models would refuse the empty claim name client-side.
+    assert _invalid(
+        core.patch_namespaced_pod_status,
+        "p",
+        "default",
+        [{"op": "replace", "path": "/status/extendedResourceClaimStatus", "value": invalid}],
+    ) == [
+        (
+            f"{field}.requestMappings[0].containerName",
+            'Invalid value: "sidecar": must match the name of an entry in '
+            "spec.initContainers.name or spec.containers.name",
+        ),
+        (
+            f"{field}.requestMappings[1].resourceName",
+            'Invalid value: "deviceclass.resource.kubernetes.io/dra.cpu": must match the extended resource '
+            "name of an entry in spec.initContainers.resources.requests or "
+            "spec.containers.resources.requests",
+        ),
+        (f"{field}.resourceClaimName", "Required value"),
+    ]
+    assert _invalid(
+        core.patch_namespaced_pod_status,
+        "p",
+        "default",
+        [{"op": "replace", "path": "/status/extendedResourceClaimStatus/requestMappings", "value": []}],
+    ) == [(f"{field}.requestMappings", "Required value: at least one request mapping is required")]

@@ -131,6 +131,7 @@ def validate_status_update(rt: ResourceType, name: str, new: JSON) -> None:
     """The status-strategy checks the fake has (pods/status, resourceclaims/status)."""
     if rt.key == ("", "pods"):
         dra.validate_pod_claim_statuses(rt, name, new)
+        dra.validate_pod_extended_resource_claim_status(rt, name, new)
     elif rt.key == ("resource.k8s.io", "resourceclaims"):
         dra.validate_claim_status(rt, name, new)
 

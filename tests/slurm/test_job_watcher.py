@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import pytest
 from temporalio.client import Client, WorkflowHandle
@@ -102,12 +104,20 @@ async def placements(temporal_client: Client, task_queue: str) -> AsyncIterator[
         await handle.terminate("test over")
 
 
-def watcher_for(slurm: SlurmClient, temporal: Client, jobs: LiveJobs, **kwargs: float) -> JobWatcher:
+def watcher_for(
+    slurm: SlurmClient,
+    temporal: Client,
+    jobs: LiveJobs,
+    clock: Callable[[], float] = time.monotonic,
+    **kwargs: Any,
+) -> JobWatcher:
     ready = asyncio.Event()
     ready.set()
     # Pending reasons are told at once here (grace 0) unless a test says otherwise.
     kwargs.setdefault("pending_reason_grace", 0.0)
-    return JobWatcher(slurm, temporal, jobs, installation=INSTALLATION, ready=ready, interval=0.05, **kwargs)
+    return JobWatcher(
+        slurm, temporal, jobs, installation=INSTALLATION, ready=ready, interval=0.05, clock=clock, **kwargs
+    )
 
 
 async def bridge_job(
@@ -395,3 +405,57 @@ async def test_a_pending_reason_is_told_only_once_the_job_has_waited_a_little(
     await poll_until(watcher, lambda: watcher.signals == 1, "told JobHeldUser after the grace")
     [pending] = await placements.told(placement)
     assert pending.reason == "JobHeldUser"
+
+
+class Clock:
+    """The watcher's monotonic clock, moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_a_pending_job_whose_reason_stays_the_same_is_re_read_less_and_less_often(
+    slurm: SlurmClient,
+    slurm_bed: SlurmTestBed,
+    slurm_partition: MakePartition,
+    temporal_client: Client,
+    placements: Placements,
+    requests: Requests,
+) -> None:
+    """Each re-read that finds the same reason doubles the job's interval, up to the maximum."""
+    partition = slurm_partition()
+    placement_id, pod = placements.new_id()
+    placement = await placements.start(placement_id)
+    job_id = await bridge_job(slurm, partition.name, placement_id, pod, hold=True)
+    jobs = LiveJobs()
+    jobs.track(job_id, placement_id)
+    clock = Clock()
+    watcher = watcher_for(slurm, temporal_client, jobs, clock, pending_refresh=10.0, pending_refresh_max=40.0)
+    read = "GET /job/{}"  # the observer sees operation templates
+
+    await poll_until(watcher, lambda: watcher.signals == 1, "told JobHeldUser")
+    reads_at: list[float] = []
+    requests.take()
+    for _ in range(200):  # 200 s of watcher time, a pass each second
+        clock.now += 1.0
+        await one_pass(watcher)
+        if read in requests.take():
+            reads_at.append(clock.now)
+    gaps = [later - earlier for earlier, later in itertools.pairwise(reads_at)]
+    assert gaps[:3] == [20.0, 40.0, 40.0]  # 10 → 20 → 40, capped at 40
+    assert all(gap == 40.0 for gap in gaps[3:])
+
+    # A new reason is seen at the next due re-read, and starts the interval small again.
+    await asyncio.to_thread(slurm_bed.scontrol, "hold", str(job_id))  # an admin's hold: JobHeldAdmin
+    reads_at = []
+    for _ in range(60):
+        clock.now += 1.0
+        await one_pass(watcher)
+        if read in requests.take():
+            reads_at.append(clock.now)
+    assert [told.reason for told in await placements.told(placement)] == ["JobHeldUser", "JobHeldAdmin"]
+    assert reads_at[1] - reads_at[0] == 10.0  # the first interval again, not the 40 s reached before
+    await slurm.cancel_job(job_id)

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from bridge import keys
 from bridge.grouping import Kind
 from bridge.translate import Defaults
 from worker.explain import ExplainError, MemoryReader, explain, load_objects
@@ -236,3 +237,67 @@ async def test_the_comment_is_the_placement_id_the_worker_would_write() -> None:
     claimed["metadata"]["annotations"] = {"slurm-bridge/placement": "placement/prod/default/claimed/u@u"}
     [job] = await jobs(claimed)
     assert job.job_desc_msg["comment"] == "placement/prod/default/claimed/u@u"
+
+
+def node(name: str, **labels: str) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **labels}},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    }
+
+
+async def test_node_objects_of_the_input_give_excluded_nodes_as_the_worker_computes_them() -> None:
+    bridge_node = {keys.LABEL_EXTERNAL_NODE: "true"}
+    picky = pod("picky", nodeSelector={"kubernetes.io/hostname": "b"})
+    # "c" is not one of the bridge's nodes (no bridge label): it is not the bridge's to exclude.
+    [job] = await jobs(picky, node("a", **bridge_node), node("b", **bridge_node), node("c"))
+    assert job.job_desc_msg["excluded_nodes"] == ["a"]
+    assert job.unschedulable is None
+    [job] = await jobs(pod("solo"), node("a", **bridge_node))
+    assert "excluded_nodes" not in job.job_desc_msg
+
+
+async def test_a_group_no_node_can_take_is_said_to_be_unschedulable() -> None:
+    nowhere = pod("nowhere", nodeSelector={"kubernetes.io/hostname": "z"})
+    [job] = await jobs(nowhere, node("a", **{keys.LABEL_EXTERNAL_NODE: "true"}))
+    assert job.unschedulable == (
+        "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."
+    )
+
+
+async def test_dra_requests_show_the_gres_and_cpus_they_become() -> None:
+    gpu, cpu = (
+        "deviceclass.resource.kubernetes.io/gpu.nvidia.com",
+        "deviceclass.resource.kubernetes.io/dra.cpu",
+    )
+    requests = {gpu: "2", cpu: "4", "memory": "1Gi"}
+    container = {
+        "name": "main",
+        "image": "x",
+        "resources": {"requests": requests, "limits": {gpu: "2", cpu: "4"}},
+    }
+    [job] = await jobs(pod("trainer", containers=[container]))
+    assert job.job_desc_msg["tres_per_node"] == "gres/gpu=2"
+    assert job.job_desc_msg["cpus_per_task"] == 4
+    assert job.dra_devices == [
+        {
+            "pod": "default/trainer",
+            "container": "main",
+            "resource": cpu,
+            "count": 4,
+            "claim_request": "container-0-request-0",
+            "slurm": "cpus_per_task",
+        },
+        {
+            "pod": "default/trainer",
+            "container": "main",
+            "resource": gpu,
+            "count": 2,
+            "claim_request": "container-0-request-1",
+            "slurm": "tres_per_node gres/gpu",
+        },
+    ]
+    [plain] = await jobs(pod("plain"))
+    assert plain.dra_devices == []

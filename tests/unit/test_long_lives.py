@@ -15,6 +15,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError
 from temporalio.testing import TimeSkipper, TimeSkippingConfig
 from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_fixed
 
 from bridge import search_attributes as sa
@@ -92,6 +93,7 @@ async def test_a_pod_bound_for_ninety_days_keeps_a_bounded_history(temporal_clie
         temporal_client,
         task_queue=task_queue,
         workflows=[PlacementWorkflow],
+        unsandboxed_workflow_runner=SandboxedWorkflowRunner(),  # the guard production skips
         activities=[stand_ins.prepare_and_submit, stand_ins.bind, stand_ins.check_job, stand_ins.release],
     ):
         handle = await skipper.client.start_workflow(

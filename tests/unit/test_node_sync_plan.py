@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from bridge import keys
+from bridge.dra import DRA_GPUS, dra_gpu_counts
 from bridge.node_actions import (
     NAME_CONFLICT,
     NOT_EXTERNAL,
@@ -345,20 +346,22 @@ def test_a_registered_node_in_step_needs_nothing() -> None:
     assert run_plan([node], [ours(gres="gpu:2(S:0)", topology="t:s1")]) == []
 
 
-def test_topology_address_and_gpus_are_updated_in_place() -> None:
+def test_topology_and_address_are_updated_in_place() -> None:
     node = external(
-        gpus={"nvidia.com/gpu": "4"},
+        gpus={"nvidia.com/gpu": "2"},
         annotations={keys.ANNOTATION_TOPOLOGY_SPEC: "t:s2"},
         ip="10.9.9.9",
         tainted=True,
     )
     [update] = run_plan([node], [ours(gres="gpu:2", topology="t:s1")])
     assert update == UpdateSlurmNode(
-        slurm_node="n1", kube_node="n1", kube_uid="uid-n1", topology="t:s2", address="10.9.9.9", gres="gpu:4"
+        slurm_node="n1", kube_node="n1", kube_uid="uid-n1", topology="t:s2", address="10.9.9.9"
     )
-    [clear] = run_plan([external(tainted=True)], [ours(gres="gpu:2", topology="t:s1")])
+    [clear] = run_plan(
+        [external(gpus={"nvidia.com/gpu": "2"}, tainted=True)], [ours(gres="gpu:2", topology="t:s1")]
+    )
     assert isinstance(clear, UpdateSlurmNode)
-    assert clear.changes() == {"topology": "", "gres": ""}
+    assert clear.changes() == {"topology": ""}
 
 
 def test_a_labelled_external_node_made_by_hand_is_adopted() -> None:
@@ -467,6 +470,8 @@ def test_a_same_named_regular_slurm_node_is_never_re_registered_or_deleted(label
         (external(cpu="8", tainted=True), "CPUs 4 → 8"),
         (external(memory="4000Mi", tainted=True), "memory 8000 → 4000 MiB"),
         (external(partitions="p1,p2", tainted=True), "partitions p1 → p1,p2"),
+        # Slurm (with gres.conf) refuses a new GPU count on an existing node.
+        (external(gpus={"nvidia.com/gpu": "4"}, tainted=True), "GPUs 0 → 4"),
     ],
 )
 def test_a_changed_shape_drains_a_busy_node_for_re_registration(node: Json, change: str) -> None:
@@ -483,6 +488,49 @@ def test_an_idle_node_is_re_registered_at_once(state: tuple[str, ...]) -> None:
     assert isinstance(delete, DeleteSlurmNode)
     assert isinstance(create, CreateSlurmNode)
     assert create.registration.cpus == 8
+
+
+@pytest.mark.parametrize(
+    ("plugin", "dra", "gres"),
+    [(None, 4, "gpu:4"), ("2", 2, "gpu:2"), ("4", 2, "gpu:4"), (None, 0, "")],
+)
+def test_gpus_a_dra_driver_publishes_are_registered_once(plugin: str | None, dra: int, gres: str) -> None:
+    node = external(gpus={"nvidia.com/gpu": plugin} if plugin else None)
+    # As read_node_snapshot builds it, with the GPUs of the node's ResourceSlices.
+    view = kube_node_view(node, dra_gpus=dra)
+    assert view["status"].get(DRA_GPUS) == (dra or None)
+    snapshot = NodeSnapshot(kube_nodes=[view], slurm_nodes=[], partitions=["p1"])
+    actions = plan(snapshot, scheduler_name=SCHEDULER, default_partition="slurm-bridge")
+    create = next(a for a in actions if isinstance(a, CreateSlurmNode))
+    assert create.registration.gres == gres
+
+
+def test_dra_gpu_counts_come_from_gpu_drivers_slices_on_each_node() -> None:
+    def item(driver: str, node: str | None, devices: int) -> Json:
+        spec: Json = {"driver": driver, "devices": [{"name": f"d{i}"} for i in range(devices)]}
+        if node:
+            spec["nodeName"] = node
+        return {"spec": spec}
+
+    slices = [
+        item("gpu.nvidia.com", "a", 2),
+        item("gpu.nvidia.com", "a", 2),  # a pool in two slices
+        item("gpu.example.com", "b", 1),
+        item(keys.DRA_CPU_CLASS, "b", 64),  # CPUs are not GPUs
+        item("net.example.com", "b", 4),  # nor is another driver's device
+        item("gpu.nvidia.com", None, 8),  # not bound to one node
+    ]
+    assert dra_gpu_counts(slices) == {"a": 4, "b": 1}
+
+
+@pytest.mark.parametrize(("before", "after"), [("gpu:2", "4"), ("gpu:4", "1"), ("gpu:2(S:0)", "0")])
+def test_an_idle_node_with_a_new_gpu_count_is_re_registered(before: str, after: str) -> None:
+    node = external(gpus={"nvidia.com/gpu": after}, tainted=True)
+    delete, create = run_plan([node], [ours(gres=before)])
+    assert isinstance(delete, DeleteSlurmNode)
+    assert delete.why == f"re-registering: GPUs {gpu_count(before)} → {after}"
+    assert isinstance(create, CreateSlurmNode)
+    assert create.registration.gpus == int(after)
 
 
 def test_re_registration_of_a_busy_node_drained_for_another_reason_of_ours_updates_the_reason() -> None:

@@ -13,9 +13,10 @@ from temporalio import activity
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from tenacity import AsyncRetrying, stop_after_delay, wait_fixed
 
-from activities.errors import KUBE_REJECTED
+from activities.errors import KUBE_REJECTED, SLURM_UNAVAILABLE
 from bridge.models import (
     BindInput,
     BindResult,
@@ -34,8 +35,19 @@ RUNNING = JobEvent(job_id=7, states=["RUNNING"], nodes=["node-a"])
 
 
 class StandIns:
-    def __init__(self, *, reject_prepare: bool = False, bind_failures_until_told: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        reject_prepare: bool = False,
+        bind_failures_until_told: bool = False,
+        slurm_away_for_prepare: int = 0,
+        prepare_failures_until_told: bool = False,
+    ) -> None:
+        self.prepare_failures_until_told = prepare_failures_until_told
         self.reject_prepare = reject_prepare
+        self.slurm_away_for_prepare = slurm_away_for_prepare
+        self.prepared: list[PrepareInput] = []
+        self.slurm_reports: list[tuple[str, bool]] = []
         self.bind_failures_until_told = bind_failures_until_told
         self.told: list[tuple[str, str]] = []
         self.released: list[ReleaseInput] = []
@@ -43,6 +55,17 @@ class StandIns:
 
     @activity.defn(name="prepare_and_submit")
     async def prepare_and_submit(self, given: PrepareInput) -> Prepared:
+        self.prepared.append(given)
+        if len(self.prepared) <= self.slurm_away_for_prepare:
+            raise ApplicationError(
+                "Slurm does not answer: POST /job/submit: ReadTimeout",
+                type=SLURM_UNAVAILABLE,
+                non_retryable=True,
+            )
+        if self.prepare_failures_until_told and not any(
+            reason == "PlacementStuck" for reason, _ in self.told
+        ):
+            raise RuntimeError("slurmrestd answered 502")  # retryable: maybe the job was submitted
         if self.reject_prepare:
             raise ApplicationError(
                 "Kubernetes API 403 Forbidden: pods is forbidden", type=KUBE_REJECTED, non_retryable=True
@@ -64,13 +87,24 @@ class StandIns:
     async def tell_pods(self, pods: list[PodRef], reason: str, message: str, warning: bool) -> None:
         self.told.append((reason, message))
 
+    @activity.defn(name="report_slurm_unavailable")
+    async def report_slurm_unavailable(self, pods: list[PodRef], message: str, condition: bool) -> None:
+        self.slurm_reports.append((message, condition))
+
     @activity.defn(name="release")
     async def release(self, given: ReleaseInput) -> list[str]:
         self.released.append(given)
         return []
 
     def all(self) -> list[Callable[..., Awaitable[Any]]]:
-        return [self.prepare_and_submit, self.bind, self.check_job, self.tell_pods, self.release]
+        return [
+            self.prepare_and_submit,
+            self.bind,
+            self.check_job,
+            self.tell_pods,
+            self.release,
+            self.report_slurm_unavailable,
+        ]
 
 
 def request() -> PlacementRequest:
@@ -85,7 +119,11 @@ async def test_a_final_kubernetes_error_fails_the_placement_at_once_and_releases
     stand_ins = StandIns(reject_prepare=True)
     task_queue = f"failures-{uuid.uuid4().hex[:8]}"
     async with Worker(
-        temporal_client, task_queue=task_queue, workflows=[PlacementWorkflow], activities=stand_ins.all()
+        temporal_client,
+        task_queue=task_queue,
+        workflows=[PlacementWorkflow],
+        unsandboxed_workflow_runner=SandboxedWorkflowRunner(),  # the guard production skips
+        activities=stand_ins.all(),
     ):
         handle = await temporal_client.start_workflow(
             PlacementWorkflow.run,
@@ -110,7 +148,11 @@ async def test_a_step_stuck_past_its_bound_is_told_on_the_pod_and_tried_again(
     # A short bound (5 minutes by default): the step gives up after 2 s, tells, pauses, tries again.
     stuck = request().model_copy(update={"step_bound_seconds": 2.0})
     async with Worker(
-        temporal_client, task_queue=task_queue, workflows=[PlacementWorkflow], activities=stand_ins.all()
+        temporal_client,
+        task_queue=task_queue,
+        workflows=[PlacementWorkflow],
+        unsandboxed_workflow_runner=SandboxedWorkflowRunner(),  # the guard production skips
+        activities=stand_ins.all(),
     ):
         handle = await temporal_client.start_workflow(
             PlacementWorkflow.run, stuck, id=f"placement/test/stuck/{uuid.uuid4()}", task_queue=task_queue
@@ -128,3 +170,78 @@ async def test_a_step_stuck_past_its_bound_is_told_on_the_pod_and_tried_again(
     assert "API server overloaded" in message
     assert stand_ins.bind_attempts > 1
     assert [r.cancel_job for r in stand_ins.released] == [True]
+
+
+async def test_slurm_away_waits_for_the_gates_signal_then_submits_as_a_recovery(
+    temporal_client: Client,
+) -> None:
+    stand_ins = StandIns(slurm_away_for_prepare=2)
+    task_queue = f"failures-{uuid.uuid4().hex[:8]}"
+    async with Worker(
+        temporal_client,
+        task_queue=task_queue,
+        workflows=[PlacementWorkflow],
+        unsandboxed_workflow_runner=SandboxedWorkflowRunner(),  # the guard production skips
+        activities=stand_ins.all(),
+    ):
+        handle = await temporal_client.start_workflow(
+            PlacementWorkflow.run, request(), id=f"placement/test/away/{uuid.uuid4()}", task_queue=task_queue
+        )
+        # Told once, whatever the number of tries while Slurm is away.
+        for expected_tries in (2, 3):
+            async for attempt in AsyncRetrying(wait=wait_fixed(0.2), stop=stop_after_delay(30), reraise=True):
+                with attempt:
+                    state = await handle.query(PlacementWorkflow.current_state)
+                    assert len(stand_ins.prepared) >= expected_tries - 1
+                    assert state.slurm_unavailable
+            await handle.signal(PlacementWorkflow.slurm_available)
+        async for attempt in AsyncRetrying(wait=wait_fixed(0.2), stop=stop_after_delay(30), reraise=True):
+            with attempt:
+                assert (await handle.query(PlacementWorkflow.current_state)).phase == "Bound"
+        await handle.signal(
+            PlacementWorkflow.pod_changed, PodEvent(pod=POD, phase="Succeeded", node_name="node-a")
+        )
+        assert (await handle.result()).phase == "Done"
+    # A try after Slurm was away may follow a submission whose answer was lost: it looks first.
+    assert [given.recovery for given in stand_ins.prepared] == [False] + [True] * (
+        len(stand_ins.prepared) - 1
+    )
+    assert len(stand_ins.prepared) >= 3
+    [(message, condition)] = stand_ins.slurm_reports
+    assert "ReadTimeout" in message
+    assert condition  # not bound: PodScheduled=False says why
+    assert not any(reason == "PlacementStuck" for reason, _ in stand_ins.told)
+
+
+async def test_a_submission_tried_again_after_being_stuck_looks_for_its_job_first(
+    temporal_client: Client,
+) -> None:
+    """The retry is a new activity (attempt 1): the stuck one may have submitted before failing."""
+    stand_ins = StandIns(prepare_failures_until_told=True)
+    task_queue = f"failures-{uuid.uuid4().hex[:8]}"
+    stuck = request().model_copy(update={"step_bound_seconds": 2.0})
+    async with Worker(
+        temporal_client,
+        task_queue=task_queue,
+        workflows=[PlacementWorkflow],
+        unsandboxed_workflow_runner=SandboxedWorkflowRunner(),  # the guard production skips
+        activities=stand_ins.all(),
+    ):
+        handle = await temporal_client.start_workflow(
+            PlacementWorkflow.run,
+            stuck,
+            id=f"placement/test/stuck-submit/{uuid.uuid4()}",
+            task_queue=task_queue,
+        )
+        async for attempt in AsyncRetrying(wait=wait_fixed(0.2), stop=stop_after_delay(30), reraise=True):
+            with attempt:
+                assert (await handle.query(PlacementWorkflow.current_state)).phase == "Bound"
+        await handle.signal(
+            PlacementWorkflow.pod_changed, PodEvent(pod=POD, phase="Succeeded", node_name="node-a")
+        )
+        assert (await handle.result()).phase == "Done"
+    assert any(reason == "PlacementStuck" for reason, _ in stand_ins.told)
+    # Attempts of the first activity carry recovery=False (the activity sees its attempt number);
+    # the activity scheduled after the report must look for the job a lost answer may have created.
+    assert stand_ins.prepared[0].recovery is False
+    assert stand_ins.prepared[-1].recovery is True

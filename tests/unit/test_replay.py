@@ -9,23 +9,38 @@ alters the commands an existing history expects: gate such changes with
 
 from pathlib import Path
 
+import pytest
+from temporalio import workflow
 from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.worker import Replayer
+from temporalio.worker import Replayer, UnsandboxedWorkflowRunner
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
+from worker.main import unsandboxed_runner
 from workflows.placement import PlacementWorkflow
 from workflows.placement_v1 import PlacementWorkflowV1
 
 HISTORIES = Path(__file__).parent.parent / "histories"
 
 
-async def test_recorded_placements_replay_with_the_current_workflow() -> None:
+@pytest.mark.parametrize("sandbox_every_workflow", [False, True], ids=["as-in-production", "all-sandboxed"])
+async def test_recorded_placements_replay_with_the_current_workflow(sandbox_every_workflow: bool) -> None:
     files = sorted(HISTORIES.glob("*.json"))
     assert files, "no golden histories"
     replayer = Replayer(
-        workflows=[PlacementWorkflow, PlacementWorkflowV1], data_converter=pydantic_data_converter
+        workflows=[PlacementWorkflow, PlacementWorkflowV1],
+        data_converter=pydantic_data_converter,
+        unsandboxed_workflow_runner=unsandboxed_runner(sandbox_every_workflow=sandbox_every_workflow),
     )
     for file in files:
         history = WorkflowHistory.from_json(file.stem, file.read_text())
         result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
         assert result.replay_failure is None, f"{file.name}: {result.replay_failure}"
+
+
+def test_the_placement_runs_unsandboxed_in_production_and_sandboxed_in_tests() -> None:
+    """The sandbox cost memory and CPU per placement; the tests keep its guard (worker/main.py)."""
+    definition = workflow._Definition.must_from_class(PlacementWorkflow)
+    assert definition.sandboxed is False
+    assert isinstance(unsandboxed_runner(sandbox_every_workflow=False), UnsandboxedWorkflowRunner)
+    assert isinstance(unsandboxed_runner(sandbox_every_workflow=True), SandboxedWorkflowRunner)

@@ -35,6 +35,7 @@ def test_flags_override_environment(monkeypatch: pytest.MonkeyPatch, token_file:
         ({"SLURM_REST_URL": "slurm:6820"}, "must start with http:// or https://"),
         ({"TEMPORAL_ADDRESS": "no-port"}, "must be host:port"),
         ({"JOB_WATCH_INTERVAL": "0"}, "JOB_WATCH_INTERVAL"),
+        ({"SLURM_PROBE_INTERVAL": "0"}, "SLURM_PROBE_INTERVAL"),
     ],
 )
 def test_invalid_configuration_stops_the_worker_with_one_line(

@@ -88,12 +88,13 @@ def test_gpus_become_gres_and_the_largest_count_wins() -> None:
     assert job.tres_per_node == "gres/gpu=2"
 
 
-def test_dra_gpu_class_becomes_typed_gres() -> None:
+def test_dra_gpu_class_becomes_gpu_gres_counted_like_any_gpu() -> None:
+    # Node sync registers GPUs untyped (gpu:N); Slurm refuses a typed request there (error 2014).
     job = build_pod_job(
         pod([container(limits={"deviceclass.resource.kubernetes.io/gpu.nvidia.com": "1"})]),
         defaults=Defaults(),
     )
-    assert job.tres_per_node == "gres/gpu:gpu.nvidia.com=1"
+    assert job.tres_per_node == "gres/gpu=1"
 
 
 def test_annotations_override_derived_values() -> None:
@@ -237,7 +238,7 @@ DRA_CPU = "deviceclass.resource.kubernetes.io/dra.cpu"
             [member("a", limits={DRA_GPU: "3"}), member("b", limits={DRA_GPU: "1"})],
             None,
             None,
-            "gres/gpu:gpu.nvidia.com=3",
+            "gres/gpu=3",
             id="dra-class",
         ),
         pytest.param(
@@ -292,7 +293,7 @@ def test_group_resources_do_not_depend_on_pod_order() -> None:
     jobs = {group_job(*order).model_dump_json(exclude={"admin_comment"}) for order in (pods, pods[::-1])}
     assert len(jobs) == 1
     # a tie between resources goes to the first name in sorted order, not to dict order
-    assert group_job(*pods).tres_per_node == "gres/gpu:gpu.nvidia.com=2"
+    assert group_job(*pods).tres_per_node == "gres/gpu=2"
 
 
 def test_shape_floor_still_applies_to_groups() -> None:

@@ -135,11 +135,29 @@ def test_an_empty_topology_spread_list_is_fine(admission: Admission) -> None:
 
 
 def test_supported_devices_are_fine(admission: Admission) -> None:
-    containers = [
+    dra = [
         container(limits={DRA + "gpu.nvidia.com": "2", DRA + "dra.cpu": "4"}),
-        container("b", limits={"nvidia.com/gpu": "1", "example.com/widget": "3"}),
+        container("b", limits={DRA + "gpu.nvidia.com": "1", "example.com/widget": "3"}),
     ]
-    allowed(admission, review(bridge_pod(containers=containers)))
+    allowed(admission, review(bridge_pod(containers=dra)))
+    plugin = [container(limits={"nvidia.com/gpu": "1", "amd.com/gpu": "1", "example.com/widget": "3"})]
+    allowed(admission, review(bridge_pod(containers=plugin)))
+
+
+def test_dra_requests_the_bridge_cannot_pin_to_slurms_devices_are_denied(admission: Admission) -> None:
+    # Slurm counts one gres/gpu per node: two GPU names in one pod cannot be told apart.
+    mixed = [container(limits={DRA + "gpu.nvidia.com": "1"}), container("b", limits={"nvidia.com/gpu": "1"})]
+    assert "a pod may use one GPU resource name only" in denial(
+        admission, review(bridge_pod(containers=mixed))
+    )
+    # Init containers would need the regular containers' devices as well: not pinned.
+    init = {
+        "containers": [container()],
+        "initContainers": [container("setup", limits={DRA + "gpu.nvidia.com": "1"})],
+    }
+    assert 'init container "setup" requests DRA devices' in denial(admission, review(bridge_pod(**init)))
+    half = [container(limits={DRA + "gpu.nvidia.com": "500m"})]
+    assert "devices are counted in whole numbers" in denial(admission, review(bridge_pod(containers=half)))
 
 
 def test_pods_of_other_schedulers_are_not_checked(admission: Admission) -> None:

@@ -157,4 +157,5 @@ TEMPORAL_CREDENTIALS_RELOAD_INTERVAL: {{ $t.credentialsReloadInterval | quote }}
 TEMPORAL_MAX_CONCURRENT_ACTIVITIES: {{ .Values.worker.maxConcurrentActivities | quote }}
 TEMPORAL_MAX_CONCURRENT_WORKFLOW_TASKS: {{ .Values.worker.maxConcurrentWorkflowTasks | quote }}
 TEMPORAL_MAX_CACHED_WORKFLOWS: {{ .Values.worker.maxCachedWorkflows | quote }}
+TEMPORAL_STICKY_TIMEOUT: {{ .Values.worker.stickyTimeout | quote }}
 {{- end }}

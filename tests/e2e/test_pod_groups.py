@@ -1,0 +1,174 @@
+"""PodGroups end to end: coscheduling (scheduler-plugins) and built-in (`scheduling.k8s.io/v1alpha2`).
+
+- A pod naming a PodGroup that does not exist yet is not placed alone: it waits with
+  `PodScheduled=False` (reason `PodGroupNotFound`) and an Event, and is placed with its
+  group once the PodGroup is created.
+- A built-in PodGroup's pods become one Slurm job, and the PodGroup's `PodGroupScheduled`
+  condition says whether the group is scheduled, as kube-scheduler's does.
+"""
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from bridge import grouping, keys
+from tests.e2e.conftest import StackFactory
+from tests.e2e.harness import Pod, Stack, bound, finished_cleanly, job_id_of, make_pod
+from tests.e2e.test_groups import group_pod
+
+pytestmark = pytest.mark.slurm
+
+BUILTIN = "podgroups.scheduling.k8s.io"
+
+
+def condition(obj: Pod | None, kind: str) -> dict[str, Any] | None:
+    conditions = ((obj or {}).get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c.get("type") == kind), None)
+
+
+def waits_for_its_group(pod: Pod | None) -> bool:
+    scheduled = condition(pod, keys.CONDITION_POD_SCHEDULED)
+    return bool(scheduled and scheduled["reason"] == "PodGroupNotFound")
+
+
+def told(stack: Stack, name: str) -> Callable[[Pod | None], bool]:
+    return lambda _: any(e["reason"] == "PodGroupNotFound" for e in stack.events(name))
+
+
+def builtin_member(stack: Stack, name: str, group: str) -> Pod:
+    pod = make_pod(stack.namespace, name, cpu="1")
+    pod["spec"]["schedulingGroup"] = {"podGroupName": group}
+    return stack.kube.create_object("pods", pod)
+
+
+def create_builtin_pod_group(stack: Stack, name: str, min_count: int) -> Pod:
+    return stack.kube.create_object(
+        BUILTIN,
+        {
+            "apiVersion": "scheduling.k8s.io/v1alpha2",
+            "kind": "PodGroup",
+            "metadata": {
+                "name": name,
+                "namespace": stack.namespace,
+                "annotations": {keys.SLURMJOB_PREFIX + "timelimit": "20"},
+            },
+            "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}}},
+        },
+    )
+
+
+async def pod_group_condition(stack: Stack, name: str, status: str) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        found = condition(stack.kube.get_object(BUILTIN, name, stack.namespace), "PodGroupScheduled")
+        return found if found and found["status"] == status else None
+
+    found = await stack.kube.wait_for_async(check, 30)
+    assert found is not None
+    return found
+
+
+async def test_pods_wait_for_their_coscheduling_pod_group(make_stack: StackFactory) -> None:
+    stack = await make_stack(nodes=2)
+    names = ["mpi-0", "mpi-1"]
+    for name in names:
+        group_pod(stack, name, {grouping.LABEL_POD_GROUP: "mpi"})
+
+    for name in names:
+        pod = await stack.wait_pod(name, waits_for_its_group)
+        await stack.wait_pod(name, told(stack, name))  # the Event follows the condition
+        scheduled = condition(pod, keys.CONDITION_POD_SCHEDULED) or {}
+        assert scheduled["status"] == "False"
+        assert f"PodGroup {stack.namespace}/mpi (scheduling.x-k8s.io/v1alpha1)" in scheduled["message"]
+        [event] = [e for e in stack.events(name) if e["reason"] == "PodGroupNotFound"]
+        assert event["type"] == "Warning"
+        assert "does not exist" in event["message"]
+        assert bound(pod) is None
+        assert keys.FINALIZER not in (pod["metadata"].get("finalizers") or [])  # no placement took it
+    assert await stack.partition_jobs() == []  # not placed alone: nothing submitted
+
+    stack.kube.create_object(
+        "podgroups.scheduling.x-k8s.io",
+        {
+            "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+            "kind": "PodGroup",
+            "metadata": {"name": "mpi", "namespace": stack.namespace},
+            "spec": {"minMember": 2},
+        },
+    )
+    placed = [await stack.wait_pod(name, bound) for name in names]
+    assert len({job_id_of(p) for p in placed}) == 1  # one job for the group
+    assert stack.bridge is not None
+    assert stack.bridge.pod_watcher.pod_group_waits.watching == set()  # no pod waits: no watch
+    assert sorted(bound(p) or "" for p in placed) == sorted(stack.partition.node_names)
+    [job] = await stack.partition_jobs()
+    assert job["name"] == "mpi"
+
+    for name in names:
+        stack.kube.set_pod_phase(stack.namespace, name, "Succeeded")
+    for name in names:
+        await stack.wait_pod(name, finished_cleanly)
+
+
+async def test_a_builtin_pod_group_is_placed_and_its_status_says_so(make_stack: StackFactory) -> None:
+    stack = await make_stack(nodes=2)
+    # The pods come first (a controller may create them before the PodGroup): they wait.
+    names = ["train-0", "train-1"]
+    for name in names:
+        builtin_member(stack, name, "train")
+    for name in names:
+        pod = await stack.wait_pod(name, waits_for_its_group)
+        assert "(scheduling.k8s.io/v1alpha2) named by spec.schedulingGroup" in str(pod["status"])
+
+    create_builtin_pod_group(stack, "train", 2)
+    placed = [await stack.wait_pod(name, bound) for name in names]
+    job_ids = {job_id_of(p) for p in placed}
+    assert len(job_ids) == 1
+    job = (await stack.slurm.get_job(job_ids.pop() or 0)).model_dump(mode="json")
+    assert job["name"] == "train"
+    assert job["time_limit"]["number"] == 20  # the PodGroup's annotation
+    assert job["node_count"]["number"] == 2
+    scheduled = await pod_group_condition(stack, "train", "True")
+    assert scheduled["reason"] == "Scheduled"
+    assert f"Slurm job {job['job_id']} allocated" in scheduled["message"]
+    # Written through the status subresource, as the scheduler does.
+    writes = [r for r in stack.kube.requests if r.method == "PATCH" and "/podgroups/train" in r.path]
+    assert writes
+    assert all(r.path.endswith("/status") for r in writes)
+
+    for name in names:
+        stack.kube.set_pod_phase(stack.namespace, name, "Succeeded")
+    for name in names:
+        await stack.wait_pod(name, finished_cleanly)
+
+
+async def test_an_unschedulable_builtin_pod_group_says_so(make_stack: StackFactory) -> None:
+    stack = await make_stack(nodes=1)
+    create_builtin_pod_group(stack, "pinned", 1)
+    pod = make_pod(stack.namespace, "pinned-0", cpu="1")
+    pod["spec"]["schedulingGroup"] = {"podGroupName": "pinned"}
+    pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "no-such-node"}
+    stack.kube.create_object("pods", pod)
+
+    unschedulable = await pod_group_condition(stack, "pinned", "False")
+    assert unschedulable["reason"] == "Unschedulable"
+    assert "node(s) didn't match Pod's node affinity/selector" in unschedulable["message"]
+    assert await stack.partition_jobs() == []
+
+    stack.kube.delete_object("pods", "pinned-0", stack.namespace)
+    await stack.wait_pod("pinned-0", finished_cleanly)
+
+
+async def test_a_waiting_pod_that_ends_stops_the_wait(make_stack: StackFactory) -> None:
+    stack = await make_stack(nodes=1)
+    group_pod(stack, "stray", {grouping.LABEL_POD_GROUP: "ghost"})
+    await stack.wait_pod("stray", waits_for_its_group)
+    assert stack.bridge is not None
+    waits = stack.bridge.pod_watcher.pod_group_waits
+    assert waits.watching == {grouping.COSCHEDULING_PODGROUP}
+
+    stack.kube.set_pod_phase(stack.namespace, "stray", "Failed")  # it ended before its group existed
+    await asyncio.wait_for(waits.idle.wait(), 10)
+    assert waits.watching == set()
+    assert await stack.partition_jobs() == []

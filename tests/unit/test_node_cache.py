@@ -1,0 +1,136 @@
+"""The watched cache of the bridge's nodes, against the fake API server over real HTTP.
+
+It answers what listing by the bridge's labels would (nodes registered by node
+sync under either label spelling, nodes mapped by the slurm-nodename label,
+nothing else), follows label changes and deletions through its watches, costs
+no request per read once synced, and lists while it is not synced.
+"""
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Iterator
+
+import pytest
+
+from activities.kube_client import Json, KubeClient, api_path
+from activities.node_source import ListedNodes, kubernetes_node_names
+from bridge import keys
+from tests.kube_fake import FakeKubeServer
+from worker.node_cache import NodeCache, trimmed
+
+NODES = api_path("nodes")
+EXTERNAL, ALIAS = keys.LABELS_EXTERNAL_NODE
+
+
+@pytest.fixture
+def kube() -> Iterator[FakeKubeServer]:
+    with FakeKubeServer() as server:
+        yield server
+
+
+@pytest.fixture
+async def client(kube: FakeKubeServer) -> AsyncIterator[KubeClient]:
+    client = KubeClient(kube.aio_configuration())
+    yield client
+    await client.close()
+
+
+@pytest.fixture
+async def cache(client: KubeClient) -> AsyncIterator[NodeCache]:
+    cache = NodeCache(client)
+    task = asyncio.create_task(cache.run())
+    yield cache
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+def names(nodes: list[Json]) -> set[str]:
+    return {node["metadata"]["name"] for node in nodes}
+
+
+def node_lists(kube: FakeKubeServer) -> int:
+    return sum(1 for r in kube.requests if r.method == "GET" and r.path == NODES and "watch" not in r.query)
+
+
+async def until(cache: NodeCache, done: Callable[[NodeCache], bool]) -> None:
+    """Watch events arrive asynchronously: wait for the cache to reflect one (bounded)."""
+    async with asyncio.timeout(5):
+        await cache.wait_until(done)
+
+
+def bridge_node_set(kube: FakeKubeServer) -> None:
+    kube.create_node("registered", labels={EXTERNAL: "true"})
+    kube.create_node("alias", labels={ALIAS: "true"})
+    kube.create_node("slurmd", labels={keys.LABEL_SLURM_NODE_NAME: "sn-1"})
+    kube.create_node("web")  # not the bridge's
+
+
+async def test_answers_what_listing_by_the_bridge_labels_answers(
+    kube: FakeKubeServer, client: KubeClient, cache: NodeCache
+) -> None:
+    bridge_node_set(kube)
+    listed = await ListedNodes(client).bridge_nodes()
+    await until(cache, lambda c: c.synced)
+    assert names(await cache.bridge_nodes()) == names(listed) == {"registered", "alias", "slurmd"}
+
+
+async def test_reads_cost_no_request_once_synced(
+    kube: FakeKubeServer, client: KubeClient, cache: NodeCache
+) -> None:
+    bridge_node_set(kube)
+    await until(cache, lambda c: c.synced)
+    kube.clear_requests()
+    for _ in range(20):
+        await cache.bridge_nodes()
+    assert kube.requests == []
+    # Mapping Slurm names to Kubernetes ones reads the cache too.
+    assert await kubernetes_node_names(client, cache, ["sn-1", "registered"]) == ["slurmd", "registered"]
+    assert kube.requests == []
+    assert (cache.reads, cache.listings) == (21, 0)
+
+
+async def test_lists_until_synced(kube: FakeKubeServer, client: KubeClient) -> None:
+    bridge_node_set(kube)
+    cache = NodeCache(client)  # not running
+    assert names(await cache.bridge_nodes()) == {"registered", "alias", "slurmd"}
+    assert cache.listings == 1
+    assert node_lists(kube) == 3  # one per label that makes a node the bridge's
+
+
+async def test_follows_labels_taints_and_deletions(
+    kube: FakeKubeServer, client: KubeClient, cache: NodeCache
+) -> None:
+    bridge_node_set(kube)
+    await until(cache, lambda c: c.synced)
+
+    def cached(cache: NodeCache) -> dict[str, Json]:
+        return {node["metadata"]["name"]: node for node in cache.nodes_now()}
+
+    kube.update_object("nodes", "web", lambda node: node["metadata"]["labels"].update({EXTERNAL: "true"}))
+    await until(cache, lambda c: "web" in cached(c))
+    taint = {"key": "gpu", "value": "yes", "effect": "NoSchedule"}
+    kube.update_object("nodes", "web", lambda node: node["spec"].update({"taints": [taint]}))
+    await until(cache, lambda c: cached(c)["web"]["spec"].get("taints") == [taint])
+
+    def unlabel(node: Json) -> None:
+        del node["metadata"]["labels"][EXTERNAL]
+
+    kube.update_object("nodes", "registered", unlabel)
+    await until(cache, lambda c: "registered" not in cached(c))
+    kube.delete_object("nodes", "alias")
+    await until(cache, lambda c: "alias" not in cached(c))
+    assert set(cached(cache)) == {"slurmd", "web"}
+
+
+def test_keeps_only_what_node_rules_read() -> None:
+    node: Json = {
+        "metadata": {"name": "n", "labels": {"a": "b"}, "managedFields": [{"manager": "kubelet"}]},
+        "spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]},
+        "status": {"images": [{"names": ["big"]}], "allocatable": {"cpu": "4"}, "conditions": []},
+    }
+    kept = trimmed(node)
+    assert kept == {
+        "metadata": {"name": "n", "labels": {"a": "b"}},
+        "spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]},
+        "status": {"allocatable": {"cpu": "4"}, "conditions": []},
+    }
+    assert "managedFields" in node["metadata"]  # the event's object is not changed
