@@ -50,6 +50,6 @@ ENV PATH=/opt/slurm-bridge/bin:$PATH \
 USER 10001:10001
 WORKDIR /tmp
 # Worker metrics (Prometheus) and the webhook's HTTPS port.
-EXPOSE 9464 9443
+EXPOSE 9464 9465 9443
 ENTRYPOINT ["slurm-bridge"]
 CMD ["--help"]

@@ -1,4 +1,6 @@
-"""Async client for slurmrestd's REST API v0.0.44: the bridge's only way to talk to Slurm.
+"""Async client for slurmrestd (REST API v0.0.44, or v0.0.45: SLURM_API_VERSION): the only way to Slurm.
+
+Messages are v0.0.44's models on either version (bridge/slurm_api/versions.py says why that holds).
 
 One `httpx.AsyncClient`; the JWT is read from its file on every request (so a
 rotated token is picked up at once) and never kept, logged or put in an error.
@@ -50,7 +52,7 @@ from urllib.parse import quote
 import httpx
 from pydantic import BaseModel, ValidationError
 
-from bridge.slurm_api import API_VERSION, request_body
+from bridge.slurm_api import API_VERSION, API_VERSIONS, request_body
 from bridge.slurm_api.v0044 import (
     V0044ControllerPing,
     V0044JobDescMsg,
@@ -70,6 +72,7 @@ from bridge.slurm_api.v0044 import (
     V0044PartitionInfo,
     V0044UpdateNodeMsg,
 )
+from bridge.slurm_api.versions import as_v0044
 
 log = logging.getLogger(__name__)
 
@@ -260,7 +263,7 @@ class SlurmGate(Protocol):
 
 
 class SlurmClient:
-    """slurmrestd v0.0.44 over one pooled HTTP client; async, use as `async with`.
+    """slurmrestd (v0.0.44, or v0.0.45) over one pooled HTTP client; async, use as `async with`.
 
     With a `gate` (the worker's SlurmHealth), a request is not sent while the gate
     says Slurm is away, and a request that finds Slurm away tells the gate.
@@ -278,8 +281,12 @@ class SlurmClient:
         listing_timeout: float = 60.0,
         transport: httpx.AsyncBaseTransport | None = None,
         observer: Callable[[str, str, float], None] | None = None,
+        api_version: str = API_VERSION,
     ) -> None:
+        if api_version not in API_VERSIONS:
+            raise ValueError(f"Slurm REST API {api_version} is not supported: {', '.join(API_VERSIONS)}")
         self.base_url = base_url.rstrip("/")
+        self.api_version = api_version
         # Told (operation template, outcome, seconds) after every request: metrics.
         self.observer = observer
         self.user_name = user_name
@@ -289,14 +296,17 @@ class SlurmClient:
         # still fails as fast as for any other request.
         self.listing_timeout = httpx.Timeout(max(listing_timeout, timeout), connect=timeout)
         self._http = httpx.AsyncClient(
-            base_url=f"{self.base_url}/slurm/{API_VERSION}",
+            base_url=f"{self.base_url}/slurm/{api_version}",
             timeout=timeout,
             transport=transport,
             headers={"Accept": "application/json"},
         )
 
     def __repr__(self) -> str:
-        return f"SlurmClient({self.base_url!r}, user_name={self.user_name!r}, token_file={self.token_file!r})"
+        return (
+            f"SlurmClient({self.base_url!r}, user_name={self.user_name!r}, token_file={self.token_file!r}, "
+            f"api_version={self.api_version!r})"
+        )
 
     async def close(self) -> None:
         await self._http.aclose()
@@ -559,7 +569,9 @@ class SlurmClient:
             failure = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
         if failure is not None:
             raise SlurmUnavailable(f"no answer from slurmrestd ({failure})", operation=operation)
-        return _check(response, operation, not_found=not_found, unspecified=unspecified, tolerate=tolerate)
+        data = _check(response, operation, not_found=not_found, unspecified=unspecified, tolerate=tolerate)
+        # The bridge's models are v0.0.44's: a v0.0.45 answer loses the few fields whose type changed.
+        return as_v0044(data) if self.api_version != API_VERSION else data
 
     def _auth_headers(self, operation: str) -> dict[str, str]:
         headers: dict[str, str] = {}

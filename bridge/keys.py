@@ -53,3 +53,7 @@ DRAIN_REASON_PREFIX: Final = "slurm-bridge: "
 # claimed the pod, written with the finalizer. The pod watcher signals only that
 # placement and never starts another for a claimed pod.
 ANNOTATION_PLACEMENT: Final = "slurm-bridge/placement"
+
+# Bridge-owned: the leader's report of its watchers' health, written on its
+# Lease with every renewal and read by `slurm-bridge status` / `list`.
+ANNOTATION_WATCHER_HEALTH: Final = "slurm-bridge/watchers"

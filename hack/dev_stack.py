@@ -334,7 +334,7 @@ async def main(once: bool) -> None:
         worker = stack.enter_context(
             process(
                 "worker",
-                [str(bin_dir / "slurm-bridge"), "worker", "--metrics-port", "0"],
+                [str(bin_dir / "slurm-bridge"), "worker", "--metrics-port", "0", "--health-port", "0"],
                 env={
                     "TEMPORAL_ADDRESS": f"127.0.0.1:{temporal_port}",
                     "KUBECONFIG": str(kubeconfig),

@@ -16,7 +16,16 @@ from rich.table import Table
 
 from bridge.models import workflow_id_of
 from worker import logs
-from worker.settings import ConfigurationError, TemporalSettings, load, load_settings
+from worker.doctor import DoctorSettings
+from worker.setting_flags import with_setting_flags
+from worker.settings import (
+    ConfigurationError,
+    OperatorSettings,
+    TemporalSettings,
+    WorkerSettings,
+    load,
+    load_settings,
+)
 
 T = TypeVar("T")
 
@@ -61,51 +70,18 @@ def fail(message: str) -> NoReturn:
 
 
 @app.command()
+@with_setting_flags(WorkerSettings)
 def worker(
-    temporal_address: Annotated[
-        str | None, typer.Option(help="Temporal frontend host:port [TEMPORAL_ADDRESS]")
-    ] = None,
-    temporal_namespace: Annotated[str | None, typer.Option(help="[TEMPORAL_NAMESPACE]")] = None,
-    temporal_task_queue: Annotated[str | None, typer.Option(help="[TEMPORAL_TASK_QUEUE]")] = None,
-    slurm_rest_url: Annotated[str | None, typer.Option(help="slurmrestd base URL [SLURM_REST_URL]")] = None,
-    slurm_user_name: Annotated[str | None, typer.Option(help="X-SLURM-USER-NAME [SLURM_USER_NAME]")] = None,
-    slurm_jwt_file: Annotated[
-        Path | None,
-        typer.Option(help="file holding the Slurm JWT, re-read on every request [SLURM_JWT_FILE]"),
-    ] = None,
-    kubeconfig: Annotated[
-        str | None, typer.Option(help="kubeconfig file; in-cluster if unset [KUBECONFIG]")
-    ] = None,
-    scheduler_name: Annotated[str | None, typer.Option(help="[SCHEDULER_NAME]")] = None,
-    partition: Annotated[str | None, typer.Option(help="default Slurm partition [SLURM_PARTITION]")] = None,
-    mcs_label: Annotated[str | None, typer.Option(help="[MCS_LABEL]")] = None,
-    job_watch_interval: Annotated[
-        float | None, typer.Option(help="seconds between Slurm job-change queries [JOB_WATCH_INTERVAL]")
-    ] = None,
-    node_sync_interval: Annotated[
-        float | None, typer.Option(help="seconds between scheduled node syncs [NODE_SYNC_INTERVAL]")
-    ] = None,
-    metrics_port: Annotated[int | None, typer.Option(help="Prometheus port, 0 = off [METRICS_PORT]")] = None,
+    overrides: dict[str, Any],
     log_level: Annotated[str, typer.Option(help="debug, info, warning")] = "info",
     log_format: Annotated[str, typer.Option(help="text, or json: one object per line [LOG_FORMAT]")] = "",
 ) -> None:
-    """Run the Temporal worker with the pod and Slurm job watchers."""
+    """Run the Temporal worker with the pod, Slurm job and node watchers.
+
+    Every setting is an environment variable (named in each flag's help) and a flag; a flag wins.
+    """
     try:
-        settings = load_settings(
-            temporal_address=temporal_address,
-            temporal_namespace=temporal_namespace,
-            temporal_task_queue=temporal_task_queue,
-            slurm_rest_url=slurm_rest_url,
-            slurm_user_name=slurm_user_name,
-            slurm_jwt_file=slurm_jwt_file,
-            kubeconfig=kubeconfig,
-            scheduler_name=scheduler_name,
-            partition=partition,
-            mcs_label=mcs_label,
-            job_watch_interval=job_watch_interval,
-            node_sync_interval=node_sync_interval,
-            metrics_port=metrics_port,
-        )
+        settings = load_settings(**overrides)
     except ConfigurationError as error:
         fail(str(error))
     fmt = log_format or os.environ.get("LOG_FORMAT", "text")
@@ -205,14 +181,33 @@ def _explain_live(
     return asyncio.run(run())
 
 
-TemporalAddress = Annotated[str | None, typer.Option(help="[TEMPORAL_ADDRESS]")]
-TemporalNamespace = Annotated[str | None, typer.Option(help="[TEMPORAL_NAMESPACE]")]
 AsJson = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 
 
-def _temporal_settings(address: str | None, namespace: str | None, **more: Any) -> TemporalSettings:
+async def _leadership(settings: OperatorSettings) -> Any:
+    """Who leads and how its watchers fare, from the Lease (worker/watcher_health.py); best effort."""
+    from activities.kube_client import KubeClient, load_configuration
+    from worker.watcher_health import Leadership, read_leadership
+
     try:
-        return load(TemporalSettings, temporal_address=address, temporal_namespace=namespace, **more)
+        kube = KubeClient(await load_configuration(settings.kubeconfig))
+    except Exception as error:  # no kubeconfig, no service account
+        ref = f"{settings.lease_namespace}/{settings.lease_name}"
+        return Leadership(lease=ref, error=f"no Kubernetes: {error}")
+    try:
+        return await read_leadership(kube, settings.lease_namespace, settings.lease_name)
+    finally:
+        await kube.close()
+
+
+def _print_leadership(leadership: Any, *, err: bool = False) -> None:
+    for line in leadership.describe():
+        typer.echo(line, err=err)
+
+
+def _operator_settings(overrides: dict[str, Any]) -> OperatorSettings:
+    try:
+        return load(OperatorSettings, **overrides)
     except ConfigurationError as error:
         fail(str(error))
 
@@ -251,21 +246,21 @@ async def _connect(settings: TemporalSettings) -> Any:
 
 
 @app.command()
+@with_setting_flags(OperatorSettings)
 def status(
+    overrides: dict[str, Any],
     pod: Annotated[str, typer.Argument(help="namespace/name")],
-    temporal_address: TemporalAddress = None,
-    temporal_namespace: TemporalNamespace = None,
-    kubeconfig: Annotated[str | None, typer.Option(help="[KUBECONFIG]")] = None,
     as_json: AsJson = False,
 ) -> None:
     """Where a pod's placement is: phase, Slurm job and state, pending reason, node, workflow link.
 
     Any pod of a group finds the group's placement: the pod's claim annotation names it
     (read from Kubernetes when it can be); otherwise the placement started by that pod.
+    Also the leader replica and its watchers' health, from the workers' Lease.
     """
     from worker.operations import find_placements, placement_state, placements_query
 
-    settings = _temporal_settings(temporal_address, temporal_namespace, kubeconfig=kubeconfig)
+    settings = _operator_settings(overrides)
     namespace, name = _split_pod(pod)
 
     async def run() -> dict[str, Any]:
@@ -281,17 +276,22 @@ def status(
         link = f"{settings.temporal_ui_url}/namespaces/{settings.temporal_namespace}/workflows/" + quote(
             found[0].workflow_id, safe=""
         )
+        leadership = await _leadership(settings)
         return {
             "pod": pod,
             "workflow_status": found[0].status,
             **state.model_dump(mode="json"),
             "link": link,
+            "leadership": leadership.model_dump(mode="json"),
         }
 
     report = run_client(run())
     if as_json:
         typer.echo(json.dumps(report, indent=2))
         done()
+    from worker.watcher_health import Leadership
+
+    leadership = Leadership.model_validate(report["leadership"])
     console = Console()
     table = Table(show_header=False, box=None)
     for label, key in (
@@ -312,58 +312,59 @@ def status(
         if value not in (None, "", []):
             table.add_row(f"[bold]{label}[/]", ", ".join(value) if isinstance(value, list) else str(value))
     console.print(table)
+    _print_leadership(leadership)
     done()
 
 
 @app.command("list")
+@with_setting_flags(OperatorSettings)
 def list_placements(
+    overrides: dict[str, Any],
     phase: Annotated[
         str | None,
         typer.Option(help="Translating, Submitted, Pending, Running, Bound, Done, Failed, WaitingForSlurm"),
     ] = None,
     namespace: Annotated[str | None, typer.Option(help="only pods in this namespace")] = None,
     limit: Annotated[int, typer.Option(help="at most this many")] = 100,
-    temporal_address: TemporalAddress = None,
-    temporal_namespace: TemporalNamespace = None,
     as_json: AsJson = False,
 ) -> None:
-    """Placements, newest first: `slurm-bridge list --phase Failed` shows what needs attention."""
+    """Placements, newest first: `slurm-bridge list --phase Failed` shows what needs attention.
+
+    Below them, the leader replica and its watchers' health (the workers' Lease); with
+    --json they go to stderr, so stdout stays the list of placements.
+    """
     from worker.operations import find_placements, placements_query
 
-    settings = _temporal_settings(temporal_address, temporal_namespace)
+    settings = _operator_settings(overrides)
 
-    async def run() -> list[Any]:
+    async def run() -> tuple[list[Any], Any]:
         client = await _connect(settings)
-        return await find_placements(client, placements_query(namespace=namespace, phase=phase), limit=limit)
+        found = await find_placements(client, placements_query(namespace=namespace, phase=phase), limit=limit)
+        return found, await _leadership(settings)
 
-    found = run_client(run())
+    found, leadership = run_client(run())
     if as_json:
         typer.echo(json.dumps([dataclasses.asdict(p) for p in found], indent=2))
+        _print_leadership(leadership, err=True)
         done()
     table = Table("pod", "phase", "workflow", "Slurm job", "nodes", "started")
     for p in found:
         table.add_row(p.pod, p.phase, p.status, str(p.job_id or ""), ", ".join(p.nodes), p.started)
     Console().print(table)
+    _print_leadership(leadership)
     done()
 
 
 @app.command()
-def retry(
-    pod: Annotated[str, typer.Argument(help="namespace/name")],
-    temporal_address: TemporalAddress = None,
-    temporal_namespace: TemporalNamespace = None,
-    temporal_task_queue: Annotated[str | None, typer.Option(help="[TEMPORAL_TASK_QUEUE]")] = None,
-    kubeconfig: Annotated[str | None, typer.Option(help="[KUBECONFIG]")] = None,
-) -> None:
+@with_setting_flags(OperatorSettings)
+def retry(overrides: dict[str, Any], pod: Annotated[str, typer.Argument(help="namespace/name")]) -> None:
     """Place a pod again after its placement failed (for example once its annotations are fixed)."""
     from activities.kube_client import KubeClient, KubeError, KubeNotFound, api_path, load_configuration
     from activities.kube_reader import KubeReader
     from bridge import grouping
     from worker.operations import RetryRefused, retry_placement
 
-    settings = _temporal_settings(
-        temporal_address, temporal_namespace, temporal_task_queue=temporal_task_queue, kubeconfig=kubeconfig
-    )
+    settings = _operator_settings(overrides)
     namespace, name = _split_pod(pod)
 
     async def run() -> str:
@@ -392,55 +393,16 @@ def retry(
 
 
 @app.command()
-def doctor(
-    temporal_address: TemporalAddress = None,
-    temporal_namespace: TemporalNamespace = None,
-    temporal_tls_cert_file: Annotated[
-        Path | None, typer.Option(help="client certificate (PEM) for mTLS [TEMPORAL_TLS_CERT_FILE]")
-    ] = None,
-    temporal_tls_key_file: Annotated[
-        Path | None, typer.Option(help="its private key (PEM) [TEMPORAL_TLS_KEY_FILE]")
-    ] = None,
-    temporal_tls_ca_file: Annotated[
-        Path | None, typer.Option(help="CA of the server certificate (PEM) [TEMPORAL_TLS_CA_FILE]")
-    ] = None,
-    temporal_tls_server_name: Annotated[
-        str | None,
-        typer.Option(help="name the server certificate is checked against [TEMPORAL_TLS_SERVER_NAME]"),
-    ] = None,
-    temporal_api_key_file: Annotated[Path | None, typer.Option(help="[TEMPORAL_API_KEY_FILE]")] = None,
-    slurm_rest_url: Annotated[str | None, typer.Option(help="[SLURM_REST_URL]")] = None,
-    slurm_user_name: Annotated[str | None, typer.Option(help="[SLURM_USER_NAME]")] = None,
-    slurm_jwt_file: Annotated[Path | None, typer.Option(help="[SLURM_JWT_FILE]")] = None,
-    partition: Annotated[str | None, typer.Option(help="[SLURM_PARTITION]")] = None,
-    mcs_label: Annotated[str | None, typer.Option(help="[MCS_LABEL]")] = None,
-    kubeconfig: Annotated[str | None, typer.Option(help="[KUBECONFIG]")] = None,
-    lease_namespace: Annotated[
-        str | None, typer.Option(help="namespace of the worker's Lease [LEASE_NAMESPACE, else the pod's own]")
-    ] = None,
-    as_json: AsJson = False,
-) -> None:
-    """Check that this worker can reach and use Kubernetes, Slurm and Temporal; exit 1 if anything fails."""
-    from worker.doctor import Check, DoctorSettings, as_json_report, as_text, diagnose, failed
+@with_setting_flags(DoctorSettings)
+def doctor(overrides: dict[str, Any], as_json: AsJson = False) -> None:
+    """Check that this worker can reach and use Kubernetes, Slurm and Temporal; exit 1 if anything fails.
+
+    It reads the worker's settings (environment variables, and the same flags as `worker`).
+    """
+    from worker.doctor import Check, as_json_report, as_text, diagnose, failed
 
     try:
-        settings = load(
-            DoctorSettings,
-            temporal_address=temporal_address,
-            temporal_namespace=temporal_namespace,
-            temporal_tls_cert_file=temporal_tls_cert_file,
-            temporal_tls_key_file=temporal_tls_key_file,
-            temporal_tls_ca_file=temporal_tls_ca_file,
-            temporal_tls_server_name=temporal_tls_server_name,
-            temporal_api_key_file=temporal_api_key_file,
-            slurm_rest_url=slurm_rest_url,
-            slurm_user_name=slurm_user_name,
-            slurm_jwt_file=slurm_jwt_file,
-            partition=partition,
-            mcs_label=mcs_label,
-            kubeconfig=kubeconfig,
-            lease_namespace=lease_namespace,
-        )
+        settings = load(DoctorSettings, **overrides)
         checks = asyncio.run(diagnose(settings))
     except ConfigurationError as error:
         checks = [Check("configuration", "settings", "fail", str(error), "fix the setting it names")]

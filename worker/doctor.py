@@ -263,7 +263,11 @@ class Doctor:
         if token is None:
             return checks
         async with SlurmClient(
-            s.slurm_rest_url, user_name=s.slurm_user_name, token_file=s.slurm_jwt_file, timeout=TIMEOUT
+            s.slurm_rest_url,
+            user_name=s.slurm_user_name,
+            token_file=s.slurm_jwt_file,
+            timeout=TIMEOUT,
+            api_version=s.slurm_api_version,
         ) as slurm:
             try:
                 pings = await slurm.ping()

@@ -82,7 +82,9 @@ class Informer:
     """List + watch of `path` (e.g. `api_path("pods")`) until cancelled; see the module docstring.
 
     `synced` is set after the first complete list, and stays set. `lists`,
-    `failures` and `listed_keys` are there for tests, logs and consumers.
+    `failures` and `listed_keys` are there for tests, logs and consumers;
+    `last_success` (wall-clock seconds of the last list, event or normal end of
+    a stream) and `failing` (failures since then) tell its health.
     """
 
     def __init__(
@@ -111,6 +113,8 @@ class Informer:
         self.resource_version = ""
         self.lists = 0
         self.failures = 0
+        self.failing = 0
+        self.last_success: float | None = None
         self._on_event = on_event
         self._on_synced = on_synced
         self._on_error = on_error
@@ -140,6 +144,7 @@ class Informer:
         try:
             while True:
                 await self._watch()  # the stream ended normally: resume where it stopped
+                self._succeeded()
         except WatchExpired:
             log.info("%s watch expired (410 Gone); re-listing", self.name)
         except Exception as error:
@@ -164,6 +169,7 @@ class Informer:
         if self._on_synced is not None:
             await _call(self._on_synced, self.listed_keys)
         self.lists += 1
+        self._succeeded()
         self.synced.set()
         log.debug("%s listed: %d objects at resourceVersion %s", self.name, len(keys), self.resource_version)
 
@@ -196,6 +202,11 @@ class Informer:
                     log.warning("%s watch: skipping a %s event without a key", self.name, kind)
             # After the handler: a watch resumed from here must not skip what it missed.
             self.resource_version = _version(obj) or self.resource_version
+            self._succeeded()
+
+    def _succeeded(self) -> None:
+        self.last_success = time.time()
+        self.failing = 0
 
     def _before_sleep(self, state: RetryCallState) -> None:
         error = state.outcome.exception() if state.outcome else None
@@ -204,6 +215,7 @@ class Informer:
 
     def _failed(self, error: BaseException, then: str) -> None:
         self.failures += 1
+        self.failing += 1
         expected = isinstance(error, EXPECTED_ERRORS)
         log.warning(
             "%s list/watch failed (%s); %s",

@@ -124,6 +124,8 @@ class JobWatcher:
         self.job_gets = 0  # `GET /job/{id}` answered (a job found or not found)
         self.signals = 0  # `job_changed` signals delivered
         self.errors = 0  # passes that failed (each followed by a backoff)
+        self.failing = 0  # passes failed since the last that completed
+        self.last_success: float | None = None  # wall-clock time the last pass completed
         self._delivery: LatestPerKey[JobEvent] = LatestPerKey(self._deliver)
         self._seen: dict[int, _Seen] = {}
         # What each placement was last told about each job ("<workflow id>#<job id>"),
@@ -150,6 +152,7 @@ class JobWatcher:
         await self.ready.wait()
         while True:
             await self._retrying.copy()(self.poll)
+            self.last_success, self.failing = time.time(), 0
             await asyncio.sleep(self.interval)
 
     async def poll(self) -> None:
@@ -331,6 +334,7 @@ class JobWatcher:
 
     async def _failed(self, retry_state: RetryCallState) -> None:
         self.errors += 1
+        self.failing += 1
         error = retry_state.outcome.exception() if retry_state.outcome is not None else None
         delay = retry_state.upcoming_sleep
         if isinstance(error, SlurmError):

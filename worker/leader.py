@@ -14,6 +14,10 @@ its last successful renewal, measured from before that request was sent; the
 others wait at least `leaseDurationSeconds` (> `renew_deadline`) after they
 first saw that renewal, which was after it was written.
 
+A leader may add annotations to the Lease with each write (`annotate`): the
+bridge reports its watchers' health there (worker/watcher_health.py) at no
+extra request.
+
 On a clean stop (cancellation) the leader's work is cancelled first, then the
 Lease is released: no holder and `leaseDurationSeconds: 1` (0 is invalid), as
 client-go's ReleaseOnCancel does, so a standby takes over at its next try.
@@ -26,7 +30,7 @@ import random
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -80,6 +84,7 @@ class LeaderElector:
         timings: LeaderTimings | None = None,
         *,
         release_on_cancel: bool = True,
+        annotate: Callable[[], Mapping[str, str]] | None = None,
     ) -> None:
         self.kube = kube
         self.namespace = namespace
@@ -87,6 +92,7 @@ class LeaderElector:
         self.identity = identity
         self.timings = timings or LeaderTimings()
         self.release_on_cancel = release_on_cancel
+        self.annotate = annotate
         self.lease_ref = f"{namespace}/{name}"  # for messages
         self.terms = 0  # times this elector became leader
         self._leading = False
@@ -241,7 +247,7 @@ class LeaderElector:
             spec["leaseTransitions"] = transitions
         else:
             spec["leaseTransitions"] = transitions + 1
-        self._remember(await self._put({**lease, "spec": spec}))
+        self._remember(await self._put(self._annotated({**lease, "spec": spec})))
         self._renewed_at = started
         return True
 
@@ -253,7 +259,7 @@ class LeaderElector:
             "spec": spec,
         }
         try:
-            created = await self.kube.request("POST", self._path(None), body=body)
+            created = await self.kube.request("POST", self._path(None), body=self._annotated(body))
         except KubeConflict:
             self._answered_at = time.monotonic()
             return False  # AlreadyExists: another candidate created it first
@@ -287,6 +293,19 @@ class LeaderElector:
         except Exception as error:
             # Not fatal: the others take over when the lease duration has passed.
             log.warning("could not release Lease %s: %s", self.lease_ref, error)
+
+    def _annotated(self, lease: Json) -> Json:
+        """The Lease with the leader's annotations (a failing `annotate` only costs the report)."""
+        if self.annotate is None:
+            return lease
+        try:
+            extra = dict(self.annotate())
+        except Exception:
+            log.exception("annotating Lease %s failed", self.lease_ref)
+            return lease
+        meta = dict(lease.get("metadata") or {})
+        meta["annotations"] = {**(meta.get("annotations") or {}), **extra}
+        return {**lease, "metadata": meta}
 
     # ------------------------------------------------------------------ I/O
     def _path(self, name: str | None) -> str:

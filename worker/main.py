@@ -6,6 +6,7 @@ tests run in-process: the same wiring, only the addresses differ.
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass, field, replace
@@ -53,6 +54,7 @@ from bridge import search_attributes as sa
 from bridge.models import PodRef
 from bridge.policy import PolicyFile
 from bridge.translate import Defaults
+from worker.health import CachedCheck, HealthServer, Readiness
 from worker.heartbeat import HeartbeatInterceptor
 from worker.job_registry import LiveJobs
 from worker.job_watcher import JobWatcher
@@ -65,6 +67,7 @@ from worker.pod_watcher import PodWatcher
 from worker.schedules import NODE_SYNC_SCHEDULE_ID, ensure_node_sync_schedule, ensure_sweep_schedule
 from worker.settings import TemporalSettings, WorkerSettings
 from worker.slurm_waker import SlurmWaker
+from worker.watcher_health import WatcherHealth, annotation, rfc3339
 from workflows.node_sync import NodeSyncWorkflow
 from workflows.placement import PlacementWorkflow
 from workflows.placement_v1 import PlacementWorkflowV1
@@ -315,6 +318,7 @@ class Bridge:
     slurm: SlurmClient
     settings: WorkerSettings
     node_sync_schedule_id: str = NODE_SYNC_SCHEDULE_ID
+    identity: str = field(default_factory=default_identity)  # this replica, as the Lease names it
     # Tests set it: workflows marked unsandboxed (the Placement) run in the sandbox too, so
     # a non-deterministic call fails there instead of passing unnoticed.
     sandbox_every_workflow: bool = False
@@ -392,6 +396,10 @@ class Bridge:
             interceptors=[HeartbeatInterceptor()],
         )
         self.elector: LeaderElector | None = None
+        self._started = time.time()
+        self._temporal_check = CachedCheck(
+            "Temporal", lambda: self.temporal.service_client.check_health(timeout=timedelta(seconds=3))
+        )
         self._new_watchers()
 
     def _new_watchers(self) -> None:
@@ -458,6 +466,7 @@ class Bridge:
 
     async def _serve(self) -> None:
         s = self.settings
+        self._started = time.time()
         if not s.leader_election:
             await self._watch()
             return
@@ -465,10 +474,63 @@ class Bridge:
             self.kube,
             s.lease_namespace,
             s.lease_name,
-            default_identity(),
+            self.identity,
             LeaderTimings(s.lease_duration, s.renew_deadline, s.retry_period),
+            annotate=lambda: annotation(self.identity, self.watcher_health()),
         )
         await self.elector.run(self._lead)
+
+    @property
+    def watching(self) -> bool:
+        """Whether this replica runs the watchers now."""
+        return self.elector is None or self.elector.is_leader
+
+    def watcher_health(self) -> dict[str, WatcherHealth]:
+        pods, jobs, nodes = self.pod_watcher.informer, self.job_watcher, self.node_watcher.informer
+        return {
+            "pod": WatcherHealth(
+                synced=pods.synced.is_set(),
+                last_success=rfc3339(pods.last_success),
+                failing=pods.failing,
+                errors=pods.failures,
+            ),
+            "job": WatcherHealth(
+                synced=self.pod_watcher.synced.is_set(),  # it follows the jobs the pod watcher listed
+                last_success=rfc3339(jobs.last_success),
+                failing=jobs.failing,
+                errors=jobs.errors,
+            ),
+            "node": WatcherHealth(
+                synced=nodes.synced.is_set(),
+                last_success=rfc3339(nodes.last_success),
+                failing=nodes.failing,
+                errors=nodes.failures,
+            ),
+        }
+
+    async def readiness(self, kube_grace: float = 15.0) -> Readiness:
+        """Whether this replica can serve (worker/health.py says what counts)."""
+        problems = []
+        if not self.worker.is_running:
+            problems.append("the Temporal worker is not running")
+        if (temporal := await self._temporal_check.problem()) is not None:
+            problems.append(temporal)
+        if self.elector is not None:
+            if (election := self.elector.check()) is not None:
+                problems.append(election)
+        else:
+            pods = self.pod_watcher.informer
+            quiet = time.time() - (pods.last_success or self._started)
+            if pods.failing and quiet > kube_grace:
+                problems.append(f"Kubernetes: the pod list/watch has failed for {quiet:.0f}s")
+        detail: dict[str, Any] = {
+            "identity": self.identity,
+            "leader": self.elector.leader if self.elector is not None else None,
+            "watching": self.watching,
+        }
+        if self.watching:
+            detail["watchers"] = {name: health.model_dump() for name, health in self.watcher_health().items()}
+        return Readiness(problems, detail)
 
     async def _lead(self) -> None:
         try:
@@ -510,17 +572,22 @@ async def run_worker(settings: WorkerSettings) -> None:
             settings.slurm_rest_url,
             user_name=settings.slurm_user_name,
             token_file=settings.slurm_jwt_file,
+            api_version=settings.slurm_api_version,
             observer=slurm_observer(meter) if meter is not None else None,
         )
         stack.push_async_callback(slurm.close)
         log.info(
-            "worker on task queue %s (Temporal %s/%s, Slurm %s, scheduler %s)",
+            "worker on task queue %s (Temporal %s/%s, Slurm %s REST %s, scheduler %s)",
             settings.temporal_task_queue,
             settings.temporal_address,
             settings.temporal_namespace,
             settings.slurm_rest_url,
+            settings.slurm_api_version,
             settings.scheduler_name,
         )
         await ensure_node_sync_schedule(temporal, settings)
         await ensure_sweep_schedule(temporal, settings)
-        await Bridge(temporal, kube, slurm, settings, meter=meter).run()
+        bridge = Bridge(temporal, kube, slurm, settings, meter=meter)
+        if settings.health_port:
+            await stack.enter_async_context(HealthServer(bridge.readiness, settings.health_port))
+        await bridge.run()

@@ -1,8 +1,8 @@
 """Pod watcher: Kubernetes pod changes → placement workflows.
 
-List + watch of the pods that name our scheduler, resumed from the last
-resourceVersion (also when a healthy stream breaks off) and re-listed when the
-API server says it is too old (410) or after any other failure.
+List + watch of the pods that name our scheduler through an `Informer`
+(worker/informer.py: resumed from the last resourceVersion, re-listed on 410
+and, with back-off, after failures).
 
 - An unclaimed unscheduled pod starts its group's placement (or, when the
   group's placement runs already, is signalled to it): the placement's first
@@ -17,9 +17,7 @@ API server says it is too old (410) or after any other failure.
   follows the bridge's jobs, not the cluster's.
 """
 
-import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -33,15 +31,7 @@ from temporalio.common import (
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.kube_client import (
-    HEALTHY_STREAM_SECONDS,
-    Json,
-    KubeClient,
-    KubeError,
-    WatchBroken,
-    WatchExpired,
-    api_path,
-)
+from activities.kube_client import Json, KubeClient, api_path
 from activities.kube_reader import KubeReader
 from bridge import grouping, keys
 from bridge import search_attributes as sa
@@ -55,6 +45,7 @@ from bridge.models import (
 )
 from bridge.pod_events import job_id_label, pod_event
 from worker.delivery import LatestPerKey
+from worker.informer import EventType, Informer, missing, uid_key
 from worker.job_registry import LiveJobs
 from worker.pod_group_waits import PodGroupWaits
 from workflows.placement import PlacementWorkflow
@@ -145,7 +136,6 @@ class PodWatcher:
         self.deletion_slack_seconds = deletion_slack_seconds
         self.eviction_patience_seconds = eviction_patience_seconds
         self.step_heartbeat_seconds = step_heartbeat_seconds
-        self.synced = asyncio.Event()  # set once the first full list has been handled
         self.starts = 0  # placements started (for the benchmark and metrics)
         self.signals = 0  # pod_changed signals delivered
         self._workflow_of: dict[str, str] = {}  # pod uid → placement workflow id
@@ -157,59 +147,32 @@ class PodWatcher:
         self._delivery: LatestPerKey[Delivery] = LatestPerKey(self._deliver)
         # Pods whose PodGroup does not exist yet: started when it appears.
         self.pod_group_waits = PodGroupWaits(kube, self._pod_group_appeared)
+        self.informer = Informer(
+            kube,
+            api_path("pods"),
+            name="pods",
+            field_selector=f"spec.schedulerName={scheduler_name}",
+            key=uid_key,
+            on_event=self._on_event,
+            on_synced=self._on_synced,
+        )
+        self.synced = self.informer.synced  # set once the first full list has been handled
 
     async def run(self) -> None:
-        path = api_path("pods")
-        query = {"fieldSelector": f"spec.schedulerName={self.scheduler_name}"}
-        while True:
-            try:
-                version = await self._list(path, query)
-                while True:  # re-watch from the newest version until it expires
-                    version = await self._watch(path, query, version)
-            except WatchExpired:
-                log.info("pod watch expired; re-listing")
-            except (KubeError, OSError, ValueError) as error:
-                log.warning("pod watch failed, re-listing in 2 s: %s", error)
-                await asyncio.sleep(2)
-            except Exception:
-                # The watcher must outlive anything unexpected: log it and start over.
-                log.exception("pod watcher error, re-listing in 2 s")
-                await asyncio.sleep(2)
+        await self.informer.run()
 
     async def close(self) -> None:
         await self.pod_group_waits.close()
         await self._delivery.close()
 
-    async def _list(self, path: str, query: dict[str, str]) -> str:
-        listed = await self.kube.request("GET", path, query=query)
-        seen = set()
-        for pod in listed.get("items", []):
-            seen.add(pod["metadata"]["uid"])
-            self._observe(pod, gone=False)
+    def _on_event(self, kind: EventType, pod: Json) -> None:
+        self._observe(pod, gone=kind == "DELETED")
+
+    def _on_synced(self, uids: frozenset[str]) -> None:
         # Pods deleted while we were not watching: tell their workflows.
-        for uid in [uid for uid in self._refs if uid not in seen]:
+        for uid in missing(list(self._refs), uids):
             self._observe_gone(self._refs[uid])
         self.jobs.retain(self._job_of.values())
-        self.synced.set()
-        return str(listed.get("metadata", {}).get("resourceVersion", ""))
-
-    async def _watch(self, path: str, query: dict[str, str], version: str) -> str:
-        """Watch from `version`; the last version seen when the stream ends or, after a healthy
-        while, breaks off (the caller resumes from it: no back-off, no re-list)."""
-        opened = time.monotonic()
-        try:
-            async for event in self.kube.watch(path, resource_version=version, query=query):
-                obj = event["object"]
-                version = obj.get("metadata", {}).get("resourceVersion", version)
-                if event["type"] in ("ADDED", "MODIFIED"):
-                    self._observe(obj, gone=False)
-                elif event["type"] == "DELETED":
-                    self._observe(obj, gone=True)
-        except WatchBroken as error:
-            if time.monotonic() - opened < HEALTHY_STREAM_SECONDS:
-                raise
-            log.info("pod watch stream broke off (%s); resuming from resourceVersion %s", error, version)
-        return version
 
     def _observe(self, pod: Json, *, gone: bool) -> None:
         event = pod_event(pod, gone=gone)

@@ -12,6 +12,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from bridge import keys
 from bridge.policy import PolicyPath
+from bridge.slurm_api import API_VERSION, ApiVersion
 
 
 class ConfigurationError(Exception):
@@ -36,43 +37,69 @@ class TemporalSettings(BaseSettings):
     model_config = SettingsConfigDict(populate_by_name=True, extra="ignore")
 
     temporal_address: str = Field(
-        "localhost:7233", validation_alias=env("TEMPORAL_ADDRESS", "temporal_address")
+        "localhost:7233",
+        description="Temporal frontend host:port",
+        validation_alias=env("TEMPORAL_ADDRESS", "temporal_address"),
     )
     temporal_namespace: str = Field(
-        "default", validation_alias=env("TEMPORAL_NAMESPACE", "temporal_namespace")
+        "default",
+        description="Temporal namespace",
+        validation_alias=env("TEMPORAL_NAMESPACE", "temporal_namespace"),
     )
     temporal_task_queue: str = Field(
-        "slurm-bridge", validation_alias=env("TEMPORAL_TASK_QUEUE", "temporal_task_queue")
+        "slurm-bridge",
+        description="task queue of placements and their activities",
+        validation_alias=env("TEMPORAL_TASK_QUEUE", "temporal_task_queue"),
     )
-    temporal_tls: bool = Field(False, validation_alias=env("TEMPORAL_TLS", "temporal_tls"))
+    temporal_tls: bool = Field(
+        False,
+        description="TLS to Temporal with the system CAs (implied by any TLS file or server name)",
+        validation_alias=env("TEMPORAL_TLS", "temporal_tls"),
+    )
     temporal_api_key_file: Path | None = Field(
-        None, validation_alias=env("TEMPORAL_API_KEY_FILE", "temporal_api_key_file")
+        None,
+        description="file holding a Temporal API key (Temporal Cloud), reloaded when it changes",
+        validation_alias=env("TEMPORAL_API_KEY_FILE", "temporal_api_key_file"),
     )
     temporal_ui_url: str = Field(
-        "http://localhost:8233", validation_alias=env("TEMPORAL_UI_URL", "temporal_ui_url")
+        "http://localhost:8233",
+        description="Temporal UI base URL, for the links the CLI prints",
+        validation_alias=env("TEMPORAL_UI_URL", "temporal_ui_url"),
     )
-    kubeconfig: str | None = Field(None, validation_alias=env("KUBECONFIG", "kubeconfig"))
+    kubeconfig: str | None = Field(
+        None,
+        description="kubeconfig file; in-cluster service account if unset",
+        validation_alias=env("KUBECONFIG", "kubeconfig"),
+    )
     # mTLS (a self-hosted frontend with client certificates, or a Temporal Cloud
     # namespace on certificates). Any of them turns TLS on. The files are read
     # at start and watched while the worker runs: see worker/main.py.
     temporal_tls_cert_file: Path | None = Field(
-        None, validation_alias=env("TEMPORAL_TLS_CERT_FILE", "temporal_tls_cert_file")
+        None,
+        description="client certificate (PEM) for mTLS, reloaded when it changes",
+        validation_alias=env("TEMPORAL_TLS_CERT_FILE", "temporal_tls_cert_file"),
     )
     temporal_tls_key_file: Path | None = Field(
         None,
         validate_default=True,  # so "a certificate without its key" is caught
+        description="its private key (PEM)",
         validation_alias=env("TEMPORAL_TLS_KEY_FILE", "temporal_tls_key_file"),
     )
     temporal_tls_ca_file: Path | None = Field(
-        None, validation_alias=env("TEMPORAL_TLS_CA_FILE", "temporal_tls_ca_file")
+        None,
+        description="CA of the server certificate (PEM)",
+        validation_alias=env("TEMPORAL_TLS_CA_FILE", "temporal_tls_ca_file"),
     )
     temporal_tls_server_name: str | None = Field(
-        None, validation_alias=env("TEMPORAL_TLS_SERVER_NAME", "temporal_tls_server_name")
+        None,
+        description="name the server certificate is checked against",
+        validation_alias=env("TEMPORAL_TLS_SERVER_NAME", "temporal_tls_server_name"),
     )
     temporal_credentials_reload_interval: float = Field(
         30.0,
         ge=1,
         le=3600,
+        description="seconds between checks of the credential files",
         validation_alias=env("TEMPORAL_CREDENTIALS_RELOAD_INTERVAL", "temporal_credentials_reload_interval"),
     )
 
@@ -121,23 +148,85 @@ class TemporalSettings(BaseSettings):
         )
 
 
-class WorkerSettings(TemporalSettings):
-    slurm_rest_url: str = Field(
-        "http://localhost:6820", validation_alias=env("SLURM_REST_URL", "slurm_rest_url")
+class LeaseSettings(BaseSettings):
+    """Where the leader's Lease is: the worker competes for it, the CLI reads who holds it."""
+
+    model_config = SettingsConfigDict(populate_by_name=True, extra="ignore")
+
+    lease_name: str = Field(
+        "slurm-bridge",
+        pattern=r"^[a-z0-9]([-.a-z0-9]{0,251}[a-z0-9])?$",
+        description="name of the workers' Lease (leader election)",
+        validation_alias=env("LEASE_NAME", "lease_name"),
     )
-    slurm_user_name: str | None = Field(None, validation_alias=env("SLURM_USER_NAME", "slurm_user_name"))
+    lease_namespace: str = Field(
+        "",
+        validate_default=True,
+        description="namespace of the Lease; the pod's own if unset, else default",
+        validation_alias=env("LEASE_NAMESPACE", "lease_namespace"),
+    )
+    service_account_namespace_file: ClassVar[Path] = Path(
+        "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+    )
+
+    @field_validator("lease_namespace")
+    @classmethod
+    def _pod_namespace_by_default(cls, value: str) -> str:
+        if value:
+            return value
+        try:
+            # The namespace of the pod we run in, as mounted with its ServiceAccount token.
+            return cls.service_account_namespace_file.read_text().strip() or "default"
+        except OSError:
+            return "default"
+
+
+class OperatorSettings(LeaseSettings, TemporalSettings):
+    """What `slurm-bridge status`, `list` and `retry` read: Temporal, Kubernetes and the Lease."""
+
+
+class WorkerSettings(LeaseSettings, TemporalSettings):
+    slurm_rest_url: str = Field(
+        "http://localhost:6820",
+        description="slurmrestd base URL",
+        validation_alias=env("SLURM_REST_URL", "slurm_rest_url"),
+    )
+    slurm_api_version: ApiVersion = Field(
+        API_VERSION,
+        description="slurmrestd API version the bridge speaks: v0.0.44 or v0.0.45",
+        validation_alias=env("SLURM_API_VERSION", "slurm_api_version"),
+    )
+    slurm_user_name: str | None = Field(
+        None,
+        description="X-SLURM-USER-NAME; the token's own user if unset",
+        validation_alias=env("SLURM_USER_NAME", "slurm_user_name"),
+    )
     slurm_jwt_file: Path = Field(
-        Path("/var/run/secrets/slurm/auth-token"), validation_alias=env("SLURM_JWT_FILE", "slurm_jwt_file")
+        Path("/var/run/secrets/slurm/auth-token"),
+        description="file holding the Slurm JWT, re-read on every request",
+        validation_alias=env("SLURM_JWT_FILE", "slurm_jwt_file"),
     )
     scheduler_name: str = Field(
-        keys.DEFAULT_SCHEDULER_NAME, validation_alias=env("SCHEDULER_NAME", "scheduler_name")
+        keys.DEFAULT_SCHEDULER_NAME,
+        description="spec.schedulerName of the pods the bridge places",
+        validation_alias=env("SCHEDULER_NAME", "scheduler_name"),
     )
-    partition: str = Field(keys.DEFAULT_PARTITION, validation_alias=env("SLURM_PARTITION", "partition"))
-    mcs_label: str = Field(keys.DEFAULT_MCS_LABEL, validation_alias=env("MCS_LABEL", "mcs_label"))
+    partition: str = Field(
+        keys.DEFAULT_PARTITION,
+        description="default Slurm partition",
+        validation_alias=env("SLURM_PARTITION", "partition"),
+    )
+    mcs_label: str = Field(
+        keys.DEFAULT_MCS_LABEL,
+        description="MCS label of the bridge's jobs",
+        validation_alias=env("MCS_LABEL", "mcs_label"),
+    )
     # Which accounts, QOS, partitions... each namespace may ask for (docs/tenant-policy.md);
     # re-read when it changes. Unset, empty or a missing file: no restrictions.
     tenant_policy_file: PolicyPath = Field(
-        None, validation_alias=env("TENANT_POLICY_FILE", "tenant_policy_file")
+        None,
+        description="per-namespace tenant policy (YAML), re-read when it changes; none if unset",
+        validation_alias=env("TENANT_POLICY_FILE", "tenant_policy_file"),
     )
 
     # This installation's name in every placement id and Slurm job comment: two bridges
@@ -145,41 +234,70 @@ class WorkerSettings(TemporalSettings):
     installation_id: str = Field(
         "slurm-bridge",
         pattern=r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$",
+        description="this installation's name in placement ids and job comments",
         validation_alias=env("INSTALLATION_ID", "installation_id"),
     )
     # The job watcher's probe asks Slurm only about the bridge's own jobs (a few KiB),
     # so it can look often: RUNNING → bound stays well under a second.
     job_watch_interval: float = Field(
-        0.25, gt=0, le=300, validation_alias=env("JOB_WATCH_INTERVAL", "job_watch_interval")
+        0.25,
+        gt=0,
+        le=300,
+        description="seconds between the job watcher's state probes",
+        validation_alias=env("JOB_WATCH_INTERVAL", "job_watch_interval"),
     )
     # While Slurm is away (the Slurm-health gate is closed), how often one `GET /ping/` asks
     # whether it answers again; placements waiting for it resume within about this long.
     slurm_probe_interval: float = Field(
-        2.0, gt=0, le=60, validation_alias=env("SLURM_PROBE_INTERVAL", "slurm_probe_interval")
+        2.0,
+        gt=0,
+        le=60,
+        description="seconds between health probes while Slurm is away",
+        validation_alias=env("SLURM_PROBE_INTERVAL", "slurm_probe_interval"),
     )
     # A bound pod being deleted whose kubelet never confirms (its node is gone) keeps its
     # Slurm job this long past its grace period; then the job is released (docs/operations.md).
     deletion_slack: float = Field(
-        60.0, ge=0, le=86400, validation_alias=env("DELETION_SLACK", "deletion_slack")
+        60.0,
+        ge=0,
+        le=86400,
+        description="seconds a stuck deleted pod keeps its job past its grace period",
+        validation_alias=env("DELETION_SLACK", "deletion_slack"),
     )
     # Pods whose Slurm job ended are evicted; a PodDisruptionBudget may hold an eviction back
     # this long, then the pods are deleted (with an Event saying so).
     eviction_patience: float = Field(
-        300.0, ge=0, le=86400, validation_alias=env("EVICTION_PATIENCE", "eviction_patience")
+        300.0,
+        ge=0,
+        le=86400,
+        description="seconds a PodDisruptionBudget may hold back an eviction",
+        validation_alias=env("EVICTION_PATIENCE", "eviction_patience"),
     )
     # A placement step whose worker stops heartbeating this long (it was killed) is tried again
     # on another worker; attempts heartbeat only once they ran a third of it (worker/heartbeat.py).
     # Placements started by the operator's CLI (`retry`) or the sweep use the default.
     step_heartbeat_timeout: float = Field(
-        15.0, ge=1, le=60, validation_alias=env("STEP_HEARTBEAT_TIMEOUT", "step_heartbeat_timeout")
+        15.0,
+        ge=1,
+        le=60,
+        description="seconds a placement step's worker may stay silent before another takes the step",
+        validation_alias=env("STEP_HEARTBEAT_TIMEOUT", "step_heartbeat_timeout"),
     )
     node_sync_interval: float = Field(
-        30.0, ge=1, le=86400, validation_alias=env("NODE_SYNC_INTERVAL", "node_sync_interval")
+        30.0,
+        ge=1,
+        le=86400,
+        description="seconds between scheduled node syncs",
+        validation_alias=env("NODE_SYNC_INTERVAL", "node_sync_interval"),
     )
     # The orphan sweep's Temporal Schedule (docs/operations.md, "The sweep"); 0 = no sweep.
     # Each run lists every Slurm job once, so not more often than once a minute.
     sweep_interval: float = Field(
-        600.0, ge=0, le=86400, validation_alias=env("SWEEP_INTERVAL", "sweep_interval")
+        600.0,
+        ge=0,
+        le=86400,
+        description="seconds between orphan sweeps; 0 = off, else at least 60",
+        validation_alias=env("SWEEP_INTERVAL", "sweep_interval"),
     )
 
     @field_validator("sweep_interval")
@@ -189,7 +307,21 @@ class WorkerSettings(TemporalSettings):
             raise ValueError("must be 0 (no sweep) or at least 60 seconds")
         return value
 
-    metrics_port: int = Field(9464, ge=0, le=65535, validation_alias=env("METRICS_PORT", "metrics_port"))
+    metrics_port: int = Field(
+        9464,
+        ge=0,
+        le=65535,
+        description="Prometheus port; 0 = off",
+        validation_alias=env("METRICS_PORT", "metrics_port"),
+    )
+    # /healthz and /readyz for the kubelet's probes (worker/health.py); 0 = off.
+    health_port: int = Field(
+        9465,
+        ge=0,
+        le=65535,
+        description="port of /healthz and /readyz; 0 = off",
+        validation_alias=env("HEALTH_PORT", "health_port"),
+    )
     # Temporal worker tuning, passed to temporalio.worker.Worker as is. The
     # defaults are the SDK's; the cache (workflows kept in memory between
     # tasks, sticky execution) stays bounded, 0 turns it off.
@@ -197,12 +329,14 @@ class WorkerSettings(TemporalSettings):
         100,
         ge=1,
         le=10_000,
+        description="activities run at once",
         validation_alias=env("TEMPORAL_MAX_CONCURRENT_ACTIVITIES", "temporal_max_concurrent_activities"),
     )
     temporal_max_concurrent_workflow_tasks: int = Field(
         100,
         ge=2,  # the SDK needs two when the cache is on (a sticky and a normal poller)
         le=10_000,
+        description="workflow tasks run at once",
         validation_alias=env(
             "TEMPORAL_MAX_CONCURRENT_WORKFLOW_TASKS", "temporal_max_concurrent_workflow_tasks"
         ),
@@ -213,33 +347,45 @@ class WorkerSettings(TemporalSettings):
         500,
         ge=0,
         le=100_000,
+        description="workflows kept in memory between tasks; 0 = no cache",
         validation_alias=env("TEMPORAL_MAX_CACHED_WORKFLOWS", "temporal_max_cached_workflows"),
     )
     # How long a workflow task waits for the worker that has the placement in its cache before any
     # worker takes it: after a worker dies, its placements' next steps wait this long (SDK: 10 s).
     temporal_sticky_timeout: float = Field(
-        10.0, ge=1, le=60, validation_alias=env("TEMPORAL_STICKY_TIMEOUT", "temporal_sticky_timeout")
+        10.0,
+        ge=1,
+        le=60,
+        description="seconds a workflow task waits for the worker that has the placement cached",
+        validation_alias=env("TEMPORAL_STICKY_TIMEOUT", "temporal_sticky_timeout"),
     )
     # Leader election on a coordination.k8s.io/v1 Lease (worker/leader.py): the
     # watchers run on one replica at a time. Timings as client-go's, in seconds.
-    leader_election: bool = Field(False, validation_alias=env("LEADER_ELECTION", "leader_election"))
+    leader_election: bool = Field(
+        False,
+        description="run the watchers in the replica holding the Lease only",
+        validation_alias=env("LEADER_ELECTION", "leader_election"),
+    )
     lease_duration: float = Field(
-        15.0, ge=1, le=3600, validation_alias=env("LEASE_DURATION", "lease_duration")
+        15.0,
+        ge=1,
+        le=3600,
+        description="seconds a standby waits for a silent leader",
+        validation_alias=env("LEASE_DURATION", "lease_duration"),
     )
     renew_deadline: float = Field(
-        10.0, gt=0, le=3600, validation_alias=env("RENEW_DEADLINE", "renew_deadline")
+        10.0,
+        gt=0,
+        le=3600,
+        description="seconds the leader may fail to renew before it stops",
+        validation_alias=env("RENEW_DEADLINE", "renew_deadline"),
     )
-    retry_period: float = Field(2.0, gt=0, le=3600, validation_alias=env("RETRY_PERIOD", "retry_period"))
-    lease_name: str = Field(
-        "slurm-bridge",
-        pattern=r"^[a-z0-9]([-.a-z0-9]{0,251}[a-z0-9])?$",
-        validation_alias=env("LEASE_NAME", "lease_name"),
-    )
-    lease_namespace: str = Field(
-        "", validate_default=True, validation_alias=env("LEASE_NAMESPACE", "lease_namespace")
-    )
-    service_account_namespace_file: ClassVar[Path] = Path(
-        "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+    retry_period: float = Field(
+        2.0,
+        gt=0,
+        le=3600,
+        description="seconds between Lease reads and renewals",
+        validation_alias=env("RETRY_PERIOD", "retry_period"),
     )
 
     @field_validator("renew_deadline")
@@ -257,17 +403,6 @@ class WorkerSettings(TemporalSettings):
         if deadline is not None and not 1.2 * value < deadline:
             raise ValueError(f"1.2 x RETRY_PERIOD must be less than RENEW_DEADLINE ({deadline:g})")
         return value
-
-    @field_validator("lease_namespace")
-    @classmethod
-    def _pod_namespace_by_default(cls, value: str) -> str:
-        if value:
-            return value
-        try:
-            # The namespace of the pod we run in, as mounted with its ServiceAccount token.
-            return cls.service_account_namespace_file.read_text().strip() or "default"
-        except OSError:
-            return "default"
 
     @field_validator("slurm_rest_url")
     @classmethod

@@ -222,7 +222,9 @@ def test_worker_configuration_is_what_the_worker_reads(variant: tuple[str, list[
         assert config["SLURM_USER_NAME"] == "slurm"
     if name == "minimal":
         assert config["METRICS_PORT"] == "0"
-        assert "livenessProbe" not in container(worker, "worker")
+        # The probes do not need metrics: they ask the health port.
+        assert container(worker, "worker")["livenessProbe"]["httpGet"]["port"] == "health"
+        assert [p["name"] for p in container(worker, "worker")["ports"]] == ["health"]
 
 
 def test_the_chart_sets_every_worker_setting() -> None:
@@ -239,11 +241,16 @@ def test_every_worker_setting_is_documented() -> None:
     assert _env_names(WebhookSettings) - rows == set()
 
 
-def test_worker_probes_use_the_metrics_port() -> None:
-    worker = container(one(manifests(), "Deployment", "slurm-bridge"), "worker")
-    assert worker["ports"] == [{"name": "metrics", "containerPort": 9464, "protocol": "TCP"}]
-    assert worker["livenessProbe"]["tcpSocket"] == {"port": "metrics"}
-    assert worker["readinessProbe"]["tcpSocket"] == {"port": "metrics"}
+def test_worker_probes_ask_the_health_endpoints() -> None:
+    documents = manifests()
+    worker = container(one(documents, "Deployment", "slurm-bridge"), "worker")
+    assert worker["ports"] == [
+        {"name": "health", "containerPort": 9465, "protocol": "TCP"},
+        {"name": "metrics", "containerPort": 9464, "protocol": "TCP"},
+    ]
+    assert one(documents, "ConfigMap")["data"]["HEALTH_PORT"] == "9465"
+    assert worker["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert worker["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
     assert worker["args"][0] == "worker"
 
 

@@ -53,9 +53,13 @@ async def make_stack(
                 kube.update_object("nodes", name, add_gpus)
         kubeconfig = kube.kubeconfig(tmp_path / f"kubeconfig-{len(stacks)}")
         settings = bed_settings(slurm_bed, kubeconfig, task_queue, partition=partition.name, **overrides)
-        # The bridge's client, with the token file its settings name (the bed's unless overridden).
+        # The bridge's client: the token file and API version its settings name (the bed's unless
+        # a test overrides them).
         slurm = SlurmClient(
-            settings.slurm_rest_url, user_name=settings.slurm_user_name, token_file=settings.slurm_jwt_file
+            settings.slurm_rest_url,
+            user_name=settings.slurm_user_name,
+            token_file=settings.slurm_jwt_file,
+            api_version=settings.slurm_api_version,
         )
         stack = Stack(kube, temporal_client, slurm, slurm_bed, partition, settings, kubeconfig)
         stacks.append(stack)

@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import sys
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -24,6 +25,7 @@ from activities.kube_client import KubeClient, api_path
 from activities.slurm_client import SlurmClient
 from bridge import keys
 from bridge.models import PlacementState, PodRef
+from bridge.slurm_api import API_VERSION
 from tests.kube_fake import FakeKubeServer
 from tests.slurm_bed import SlurmTestBed, TestPartition
 from worker.main import Bridge
@@ -49,8 +51,10 @@ def bed_settings(bed: SlurmTestBed, kubeconfig: Path, task_queue: str, **overrid
     return load_settings(**{**defaults, **overrides})
 
 
-def bed_client(bed: SlurmTestBed) -> SlurmClient:
-    return SlurmClient(bed.rest_url, user_name=bed.user_name, token_file=bed.jwt_file)
+def bed_client(bed: SlurmTestBed, api_version: str = API_VERSION) -> SlurmClient:
+    return SlurmClient(
+        bed.rest_url, user_name=bed.user_name, token_file=bed.jwt_file, api_version=api_version
+    )
 
 
 def make_pod(
@@ -136,9 +140,7 @@ class Stack:
         from activities.kube_client import load_configuration
 
         kube_client = KubeClient(await load_configuration(str(self.kubeconfig)))
-        slurm = SlurmClient(
-            self.slurm_bed.rest_url, user_name=self.slurm_bed.user_name, token_file=self.slurm_bed.jwt_file
-        )
+        slurm = bed_client(self.slurm_bed, self.settings.slurm_api_version)
         # A connection of its own, as a second process would have (one client
         # cannot host two workers on the same task queue).
         temporal = await Client.connect(
@@ -154,6 +156,7 @@ class Stack:
     # -- Kubernetes ------------------------------------------------------------
 
     def create_pod(self, name: str, **kwargs: Any) -> Pod:
+        kwargs.setdefault("scheduler", self.settings.scheduler_name)
         return self.kube.create_object("pods", make_pod(self.namespace, name, **kwargs))
 
     def pod(self, name: str) -> Pod | None:
@@ -236,6 +239,12 @@ async def slurm_bridge(stack: Stack, *args: str) -> Any:
     return json.loads(out)
 
 
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 def worker_env(stack: Stack, **extra: str) -> dict[str, str]:
     """The environment a `slurm-bridge worker` process of this stack runs with."""
     return settings_env(stack.settings, stack.temporal.service_client.config.target_host, **extra)
@@ -250,17 +259,24 @@ def settings_env(s: WorkerSettings, temporal_address: str, **extra: str) -> dict
         "SLURM_REST_URL": s.slurm_rest_url,
         "SLURM_USER_NAME": s.slurm_user_name or "",
         "SLURM_JWT_FILE": str(s.slurm_jwt_file),
+        "SLURM_API_VERSION": s.slurm_api_version,
         "KUBECONFIG": s.kubeconfig or "",
         "SLURM_PARTITION": s.partition,
+        "SCHEDULER_NAME": s.scheduler_name,
         "JOB_WATCH_INTERVAL": str(s.job_watch_interval),
+        "HEALTH_PORT": "0",
         **extra,
     }
 
 
 @contextlib.asynccontextmanager
 async def running_process(*command: str, **options: Any) -> AsyncIterator[asyncio.subprocess.Process]:
-    """A process for the test's duration, stopped as a deployment would: SIGINT, then SIGKILL after 20 s."""
-    process = await asyncio.create_subprocess_exec(*command, stderr=asyncio.subprocess.DEVNULL, **options)
+    """A process for the test's duration, stopped as a deployment would: SIGINT, then SIGKILL after 20 s.
+
+    Its stderr (the worker's log) is dropped unless `stderr` says where it goes.
+    """
+    options.setdefault("stderr", asyncio.subprocess.DEVNULL)
+    process = await asyncio.create_subprocess_exec(*command, **options)
     try:
         yield process
     finally:

@@ -90,6 +90,7 @@ class NodeStack:
             user_name=self.bed.user_name,
             token_file=self.bed.jwt_file,
             transport=self.slurm_cable,
+            api_version=self.settings.slurm_api_version,
         )
         self.bridge = Bridge(
             self.temporal,

@@ -4,22 +4,27 @@ Two bridges (as two worker processes would: own Temporal connection, own
 Kubernetes and Slurm clients) serve the same task queue; only the holder of the
 coordination.k8s.io/v1 Lease runs the pod, job and node watchers. When it stops,
 the other takes over within the lease duration and re-lists: a pod created
-during the handover is placed, once.
+during the handover is placed, once. Readiness (/readyz) follows the Lease and
+Kubernetes. (tests/e2e/test_leader_kills.py does it with real processes.)
 """
 
 import asyncio
 import contextlib
+import json
+import urllib.error
+import urllib.request
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 from temporalio.client import Client
 from tenacity import AsyncRetrying, stop_after_delay, wait_fixed
 
 from activities.kube_client import KubeClient, load_configuration
-from activities.slurm_client import SlurmClient
 from tests.e2e.conftest import StackFactory
-from tests.e2e.harness import Stack, bound, finished_cleanly, job_id_of
+from tests.e2e.harness import Stack, bed_client, bound, finished_cleanly, job_id_of
+from worker.health import HealthServer
 from worker.main import Bridge
 
 pytestmark = pytest.mark.slurm
@@ -40,9 +45,7 @@ class Running:
 @contextlib.asynccontextmanager
 async def replica(stack: Stack) -> AsyncIterator[Running]:
     kube = KubeClient(await load_configuration(str(stack.kubeconfig)))
-    slurm = SlurmClient(
-        stack.slurm_bed.rest_url, user_name=stack.slurm_bed.user_name, token_file=stack.slurm_bed.jwt_file
-    )
+    slurm = bed_client(stack.slurm_bed, stack.settings.slurm_api_version)
     temporal = await Client.connect(
         stack.temporal.service_client.config.target_host,
         namespace=stack.temporal.namespace,
@@ -99,3 +102,84 @@ async def test_one_leader_watches_and_another_takes_over(make_stack: StackFactor
     assert sorted(j["job_id"] for j in jobs) == sorted([job_id_of(before) or 0, job_id_of(during) or 0])
     bindings = [r for r in stack.kube.requests if r.method == "POST" and r.path.endswith("/binding")]
     assert sorted(r.path.split("/")[-2] for r in bindings) == ["before", "during"]
+
+
+LEASES = r"^/apis/coordination\.k8s\.io/v1/namespaces/default/leases"
+
+
+async def readyz(server: HealthServer) -> tuple[int, dict[str, Any]]:
+    def get() -> tuple[int, dict[str, Any]]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/readyz", timeout=5) as answer:
+                return answer.status, json.loads(answer.read())
+        except urllib.error.HTTPError as error:
+            return error.code, json.loads(error.read())
+
+    return await asyncio.to_thread(get)
+
+
+async def until_ready(server: HealthServer, ready: bool, timeout: float = 15) -> dict[str, Any]:
+    """Poll /readyz until it says `ready` (readiness is computed when asked: nothing to wait on)."""
+    async for attempt in AsyncRetrying(wait=wait_fixed(0.1), stop=stop_after_delay(timeout), reraise=True):
+        with attempt:
+            status, body = await readyz(server)
+            assert (status == 200, body["ready"]) == (ready, ready), body
+            return body
+    raise AssertionError("unreachable")
+
+
+async def test_readiness_follows_the_lease_and_kubernetes(make_stack: StackFactory) -> None:
+    stack = await make_stack(
+        nodes=1, bridge=False, leader_election=True, lease_namespace="default", **TIMINGS
+    )
+    async with replica(stack) as first, replica(stack) as second:
+        leader = await leader_among(first, second)
+        standby = second if leader is first else first
+        async with (
+            HealthServer(leader.bridge.readiness, 0, host="127.0.0.1") as leader_probe,
+            HealthServer(standby.bridge.readiness, 0, host="127.0.0.1") as standby_probe,
+        ):
+            body = await until_ready(leader_probe, True)
+            assert (body["identity"], body["leader"], body["watching"]) == (
+                leader.bridge.identity,
+                leader.bridge.identity,
+                True,
+            )
+            assert set(body["watchers"]) == {"pod", "job", "node"}
+            elector = standby.bridge.elector
+            assert elector is not None
+            await stack.kube.wait_for_async(lambda: elector.leader == leader.bridge.identity)
+            body = await until_ready(standby_probe, True)  # a standby serves activities: ready
+            assert (body["leader"], body["watching"]) == (leader.bridge.identity, False)
+            assert "watchers" not in body
+
+            # The API server stops answering about the Lease: the leader cannot renew.
+            stack.kube.fail_next("*", LEASES, 500, count=1_000_000)
+            body = await until_ready(leader_probe, False)
+            assert any("Lease default/slurm-bridge" in problem for problem in body["problems"]), body
+            assert not leader.leading
+            await until_ready(standby_probe, False)
+
+            stack.kube.clear_faults()
+            await until_ready(leader_probe, True)
+            await until_ready(standby_probe, True)
+            await leader_among(first, second)
+
+
+async def test_readiness_without_leader_election_follows_the_pod_watch(make_stack: StackFactory) -> None:
+    stack = await make_stack(nodes=1)
+    assert stack.bridge is not None
+    bridge = stack.bridge
+    async with HealthServer(lambda: bridge.readiness(kube_grace=0.5), 0, host="127.0.0.1") as probe:
+        body = await until_ready(probe, True)
+        assert (body["leader"], body["watching"]) == (None, True)
+
+        stack.kube.fail_next("*", r"^/api/v1/pods", 500, count=1_000_000)
+        stack.kube.break_connections()  # the watch stream ends; re-listing fails
+        body = await until_ready(probe, False)
+        assert any("pod list/watch has failed" in problem for problem in body["problems"]), body
+        assert body["watchers"]["pod"]["failing"] > 0
+
+        stack.kube.clear_faults()
+        body = await until_ready(probe, True)
+        assert body["watchers"]["pod"]["failing"] == 0

@@ -24,7 +24,7 @@ from activities.kube_client import KubeClient, load_configuration
 from bridge import hostlist, keys
 from bridge.node_actions import PARTITION_NOT_FOUND, REGISTERED, owned_by
 from bridge.node_facts import is_busy
-from bridge.slurm_api import JobDescMsg
+from bridge.slurm_api import API_VERSIONS, JobDescMsg
 from tests.e2e.harness import bed_client, bed_settings, make_pod
 from tests.e2e.node_fixtures import Json, NodeStack, workflow_id
 from tests.kube_fake import FakeKubeServer
@@ -57,7 +57,7 @@ async def make_nodes(
             node_sync_interval=overrides.pop("node_sync_interval", 3600),
             **overrides,
         )
-        slurm = bed_client(slurm_bed)
+        slurm = bed_client(slurm_bed, settings.slurm_api_version)
         stack = NodeStack(kube, temporal_client, slurm, slurm_bed, settings, kubeconfig)
         stacks.append(stack)
         await stack.start()
@@ -111,10 +111,13 @@ async def wait_job_running(stack: NodeStack, job_id: int, timeout: float = 30) -
 # -- registration -------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("api_version", API_VERSIONS)  # SLURM_API_VERSION: both, on the same slurmrestd
 async def test_a_labelled_node_is_registered_with_its_resources_and_kept_in_step(
-    make_nodes: MakeNodes,
+    make_nodes: MakeNodes, api_version: str
 ) -> None:
-    stack = await make_nodes()
+    stack = await make_nodes(slurm_api_version=api_version)
+    assert stack.bridge is not None
+    assert stack.bridge.slurm.api_version == stack.slurm.api_version == api_version
     first, second = stack.make_partition(), stack.make_partition()
     node = stack.add_external_node(
         "ext",
@@ -280,8 +283,11 @@ async def test_a_missing_partition_is_reported_and_the_node_registered_once_fixe
 # -- drain mirroring ------------------------------------------------------------------
 
 
-async def test_cordon_and_not_ready_drain_and_their_end_undrains(make_nodes: MakeNodes) -> None:
-    stack = await make_nodes()
+@pytest.mark.parametrize("api_version", API_VERSIONS)
+async def test_cordon_and_not_ready_drain_and_their_end_undrains(
+    make_nodes: MakeNodes, api_version: str
+) -> None:
+    stack = await make_nodes(slurm_api_version=api_version)
     partition = stack.make_partition()
     [name] = partition.node_names  # a Slurm node made by hand, same name in Kubernetes
     stack.add_node("", name=name)

@@ -17,6 +17,7 @@ from temporalio.worker import Replayer
 
 from bench.probes import history_cost
 from bridge import keys
+from bridge.slurm_api import API_VERSIONS
 from tests.e2e.conftest import StackFactory
 from tests.e2e.harness import Pod, Stack, bound, finished_cleanly, job_id_of, slurm_bridge
 from worker.main import unsandboxed_runner
@@ -39,10 +40,13 @@ async def job_states(stack: Stack, job_id: int) -> list[str]:
     return list(job["job_state"])
 
 
+@pytest.mark.parametrize("api_version", API_VERSIONS)  # SLURM_API_VERSION: both, on the same slurmrestd
 async def test_pod_is_bound_to_the_node_slurm_allocated_and_job_ends_with_the_pod(
-    make_stack: StackFactory,
+    make_stack: StackFactory, api_version: str
 ) -> None:
-    stack = await make_stack(nodes=2)
+    stack = await make_stack(nodes=2, slurm_api_version=api_version)
+    assert stack.bridge is not None
+    assert stack.bridge.slurm.api_version == stack.slurm.api_version == api_version
     stack.kube.clear_requests()  # what the bridge's start listed is not this placement's
     created = stack.create_pod("trainer", cpu="2", memory="1Gi")
 

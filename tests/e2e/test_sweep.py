@@ -169,6 +169,9 @@ async def test_an_adopted_placement_hears_of_its_job_ending_after_a_worker_resta
     pod = await stack.wait_pod("restarted", bound)
     job_id = job_id_of(pod)
     assert job_id is not None
+    # The bind activity binds, then records its Event: stopping the worker between the two would
+    # cancel it before the first "Bound" that `rebound` counts.
+    await stack.kube.wait_for_async(lambda: "Bound" in reasons(stack, "restarted"), 20)
     # The outage: no worker while the placement is lost; the new worker's job watcher reads every job.
     await stack.stop_bridge()
     await placement(stack, pod).terminate("test: lost during the outage")

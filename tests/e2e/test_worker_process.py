@@ -2,7 +2,6 @@
 
 import asyncio
 import contextlib
-import socket
 import sys
 import urllib.request
 from collections.abc import AsyncIterator
@@ -11,15 +10,9 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import StackFactory
-from tests.e2e.harness import Pod, Stack, bound, job_id_of, running_process, worker_env
+from tests.e2e.harness import Pod, Stack, bound, free_port, job_id_of, running_process, unique, worker_env
 
 pytestmark = pytest.mark.slurm
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @contextlib.asynccontextmanager
@@ -36,7 +29,8 @@ async def handle_result(stack: Stack, pod: Pod) -> None:
 
 
 async def test_the_worker_process_places_a_pod_and_serves_metrics(make_stack: StackFactory) -> None:
-    stack = await make_stack(nodes=1, bridge=False)
+    # Its own scheduler name: the process's node sync then touches only this test's node on the shared Slurm.
+    stack = await make_stack(nodes=1, bridge=False, scheduler_name=unique("sched"))
     metrics_port = free_port()
     async with worker_process(stack, metrics_port):
         stack.create_pod("solo")
@@ -50,8 +44,11 @@ async def test_the_worker_process_places_a_pod_and_serves_metrics(make_stack: St
         # The process serves the SDK's and the bridge's metrics on one port.
         url = f"http://127.0.0.1:{metrics_port}/metrics"
         metrics = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=5).read().decode())
-        assert 'slurm_bridge_slurm_requests{operation="GET /jobs/state/",outcome="ok"' in metrics
+        # (The job watcher's `GET /jobs/state/` shows only if it probed while the job lived: a
+        # placement that reads its job RUNNING right after submitting can end before that.)
         assert 'slurm_bridge_slurm_requests{operation="POST /job/submit",outcome="ok"' in metrics
+        assert 'slurm_bridge_slurm_requests{operation="DELETE /job/{}",outcome="ok"' in metrics
+        assert "slurm_bridge_slurm_available" in metrics
         assert "slurm_bridge_pod_created_to_bound_seconds" in metrics
         assert "slurm_bridge_placements_total{" in metrics or "slurm_bridge_placements{" in metrics
         assert "temporal_workflow_task_execution_latency" in metrics

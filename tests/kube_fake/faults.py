@@ -165,6 +165,11 @@ class Faults:
     def delay_next(self, method: str, path_regex: str, seconds: float, count: int = 1) -> None:
         self.add(_Rule(method.upper(), re.compile(path_regex), count, delay=seconds))
 
+    def clear_rules(self) -> None:
+        """Forget every fault not yet used up: the API server is healthy again."""
+        with self._cond:
+            self._rules.clear()
+
     def hold_next(self, method: str, path_regex: str, *, body: str | None = None, applied: bool) -> Hold:
         hold = Hold(self._cond, method.upper(), re.compile(path_regex), body, applied)
         with self._cond:

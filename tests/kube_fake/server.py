@@ -203,6 +203,10 @@ class FakeKubeServer:
     def delay_next(self, method: str, path_regex: str, seconds: float, count: int = 1) -> None:
         self.faults.delay_next(method, path_regex, seconds, count)
 
+    def clear_faults(self) -> None:
+        """Drop the faults still pending (fail_next, delay_next): an outage that ends."""
+        self.faults.clear_rules()
+
     def hold_next(self, method: str, path_regex: str, *, body: str | None = None, applied: bool) -> Hold:
         """Park the next request matching method, ``re.search(path_regex, path)`` and (if given) a
         substring of its body, until ``release()`` or ``drop()`` on the returned hold.

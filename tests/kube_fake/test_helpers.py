@@ -17,6 +17,15 @@ from tests.kube_fake import FakeKubeServer
 from tests.kube_fake.builders import Client, error_body, header, kube_config, pod_body, watch
 
 
+def test_clear_faults_ends_an_outage(kube_fake: FakeKubeServer, core: Client) -> None:
+    kube_fake.fail_next("*", r"/nodes", 500, count=1_000_000)
+    with pytest.raises(ApiException) as exc:
+        core.list_node()
+    assert exc.value.status == 500
+    kube_fake.clear_faults()
+    assert core.list_node().items == []
+
+
 def test_fail_next_answers_status_for_matching_requests(kube_fake: FakeKubeServer, core: Client) -> None:
     kube_fake.fail_next("POST", r"/pods$", 500, count=2)
     kube_fake.fail_next("GET", r"/pods/p$", 429, count=4, retry_after=0)

@@ -1,10 +1,14 @@
 from pathlib import Path
+from typing import Any
 
 import pytest
+import typer
+from pydantic_settings import BaseSettings
 from typer.testing import CliRunner
 
 from worker.cli import app
-from worker.settings import ConfigurationError, load_settings
+from worker.doctor import DoctorSettings
+from worker.settings import ConfigurationError, OperatorSettings, WorkerSettings, load_settings
 
 
 @pytest.fixture
@@ -48,3 +52,92 @@ def test_invalid_configuration_stops_the_worker_with_one_line(
     assert len(lines) == 1
     assert message in lines[0]
     assert "secret-token-value" not in result.output
+
+
+def _flags(command: str) -> set[str]:
+    group: Any = typer.main.get_command(app)  # typer's own click group
+    params = group.commands[command].params
+    return {option for param in params for option in [*param.opts, *param.secondary_opts]}
+
+
+@pytest.mark.parametrize(
+    ("command", "kind"),
+    [
+        ("worker", WorkerSettings),
+        ("doctor", DoctorSettings),
+        ("status", OperatorSettings),
+        ("list", OperatorSettings),
+        ("retry", OperatorSettings),
+    ],
+)
+def test_every_setting_has_a_flag_named_after_it(command: str, kind: type[BaseSettings]) -> None:
+    flags = _flags(command)
+    missing = [name for name in kind.model_fields if "--" + name.replace("_", "-") not in flags]
+    assert missing == []
+    assert {"--temporal-tls", "--no-temporal-tls"} <= flags
+    if kind is not OperatorSettings:
+        assert {"--leader-election", "--no-leader-election"} <= flags
+
+
+def test_each_flag_reaches_the_settings_and_wins_over_the_environment(
+    monkeypatch: pytest.MonkeyPatch, token_file: Path, tmp_path: Path
+) -> None:
+    started: list[WorkerSettings] = []
+
+    async def run_worker(settings: WorkerSettings) -> None:
+        started.append(settings)
+
+    monkeypatch.setattr("worker.main.run_worker", run_worker)
+    monkeypatch.setattr("worker.logs.configure", lambda *_: None)
+    monkeypatch.setenv("INSTALLATION_ID", "from-env")
+    monkeypatch.setenv("LEADER_ELECTION", "false")
+    arguments = {
+        "--slurm-jwt-file": str(token_file),
+        "--installation-id": "from-flag",
+        "--deletion-slack": "5",
+        "--eviction-patience": "7",
+        "--sweep-interval": "0",
+        "--lease-duration": "30",
+        "--renew-deadline": "20",
+        "--retry-period": "4",
+        "--lease-name": "bridge-lease",
+        "--lease-namespace": "ops",
+        "--temporal-max-concurrent-activities": "7",
+        "--temporal-max-concurrent-workflow-tasks": "9",
+        "--temporal-max-cached-workflows": "0",
+        "--temporal-credentials-reload-interval": "60",
+        "--health-port": "0",
+        "--tenant-policy-file": "",
+    }
+    result = CliRunner().invoke(
+        app, ["worker", "--leader-election", *[part for pair in arguments.items() for part in pair]]
+    )
+    assert result.exit_code == 0, result.output
+    [settings] = started
+    assert settings.leader_election
+    assert (settings.installation_id, settings.deletion_slack, settings.eviction_patience) == (
+        "from-flag",
+        5,
+        7,
+    )
+    assert (settings.sweep_interval, settings.lease_duration, settings.renew_deadline) == (0, 30, 20)
+    assert (settings.retry_period, settings.lease_name, settings.lease_namespace) == (
+        4,
+        "bridge-lease",
+        "ops",
+    )
+    assert settings.temporal_max_concurrent_activities == 7
+    assert settings.temporal_max_concurrent_workflow_tasks == 9
+    assert settings.temporal_max_cached_workflows == 0
+    assert settings.temporal_credentials_reload_interval == 60
+    assert (settings.health_port, settings.tenant_policy_file) == (0, None)
+
+
+def test_a_bad_flag_is_named_like_its_variable(monkeypatch: pytest.MonkeyPatch, token_file: Path) -> None:
+    monkeypatch.setenv("SLURM_JWT_FILE", str(token_file))
+    result = CliRunner().invoke(app, ["worker", "--sweep-interval", "5"])
+    assert result.exit_code == 2
+    assert result.output.strip() == (
+        "slurm-bridge: invalid setting SWEEP_INTERVAL (--sweep-interval): "
+        "must be 0 (no sweep) or at least 60 seconds"
+    )

@@ -7,6 +7,7 @@ import httpx
 import pytest
 
 from activities.slurm_client import JOB_STATE_CHUNK, MAX_QUERY_CHARS, SlurmClient, SlurmError
+from bridge.slurm_api import API_VERSIONS
 
 EMPTY_JOBS: dict[str, list[object]] = {"jobs": [], "errors": [], "warnings": []}
 
@@ -125,3 +126,29 @@ async def test_observer_counts_listings_and_state_probes_apart(recorder: Recorde
         await slurm.list_jobs(update_time=5)
         await slurm.job_states([1, 2])
     assert seen == ["GET /jobs/", "GET /jobs/state/"]
+
+
+@pytest.mark.parametrize("version", API_VERSIONS)
+async def test_every_request_goes_to_the_configured_api_version(
+    recorder: Recorder, tmp_path: Path, version: str
+) -> None:
+    token = tmp_path / "jwt"
+    token.write_text("token")
+    async with SlurmClient(
+        "http://slurmrestd:6820/",
+        user_name="slurm",
+        token_file=token,
+        transport=httpx.MockTransport(recorder),
+        api_version=version,
+    ) as slurm:
+        await slurm.list_jobs()
+        await slurm.job_states([1])
+    assert [r.url.path for r in recorder.requests] == [
+        f"/slurm/{version}/jobs/",
+        f"/slurm/{version}/jobs/state/",
+    ]
+
+
+def test_an_unknown_api_version_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"Slurm REST API v0\.0\.40 is not supported: v0\.0\.44, v0\.0\.45"):
+        SlurmClient("http://slurmrestd:6820", user_name=None, token_file=None, api_version="v0.0.40")
