@@ -103,9 +103,14 @@ async def test_a_pod_bound_for_ninety_days_keeps_a_bounded_history(temporal_clie
         # nothing changes, so a bound pod costs a few actions a day.
         await skipper.fast_forward(handle, timedelta(days=90))
 
-        runs = [run async for run in temporal_client.list_workflows(f"WorkflowId = '{workflow_id}'")]
-        assert len(runs) > 1, "a long life continues as new"
-        assert sum(run.status == WorkflowExecutionStatus.RUNNING for run in runs) == 1
+        # Visibility is eventually consistent and emits no event: ask until the last
+        # continue-as-new is indexed (bounded).
+        async for attempt in AsyncRetrying(wait=wait_fixed(0.2), stop=stop_after_delay(30), reraise=True):
+            with attempt:
+                query = f"WorkflowId = '{workflow_id}'"
+                runs = [run async for run in temporal_client.list_workflows(query)]
+                assert len(runs) > 1, "a long life continues as new"
+                assert sum(run.status == WorkflowExecutionStatus.RUNNING for run in runs) == 1
         latest: WorkflowHandle[Any, PlacementState] = temporal_client.get_workflow_handle(
             workflow_id, result_type=PlacementState
         )
