@@ -55,6 +55,21 @@ INVALID_NODE_NAME = 2018  # Slurm: "Invalid node name specified"
 CAS_ATTEMPTS = 5  # a pod edited by others this often in a row: let the activity retry later
 
 
+def first_look(job: JobEvent, *, created: bool) -> JobEvent:
+    """The job as read right after submitting it, without a pending reason.
+
+    Slurm tries to start a job the moment it is submitted; a reason read then
+    (usually Priority, for the fraction of a second before its next pass) is
+    rarely news, and telling it costs an activity, an upsert and two Kubernetes
+    writes. A reason that lasts is told by the job watcher after its grace
+    (worker/job_watcher.py, PENDING_REASON_GRACE_SECONDS). An adopted job keeps
+    its reason: it was not just submitted.
+    """
+    if not created or not job.pending:
+        return job
+    return job.model_copy(update={"reason": ""})
+
+
 class PlacementActivities:
     def __init__(
         self,
@@ -128,7 +143,7 @@ class PlacementActivities:
             job_id=submitted.job_id,
             partition=job.partition,
             created=submitted.created,
-            job=await self._read_job(submitted.job_id),
+            job=first_look(await self._read_job(submitted.job_id), created=submitted.created),
             annotations={pod["metadata"]["uid"]: job_annotations(pod) for pod in pods},
         )
 
