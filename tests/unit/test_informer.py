@@ -9,7 +9,7 @@ when cancelled.
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -49,19 +49,6 @@ class Recorder:
 
     async def next_sync(self) -> frozenset[str]:
         return await asyncio.wait_for(self.syncs.get(), 5)
-
-
-@pytest.fixture
-def kube() -> Iterator[FakeKubeServer]:
-    with FakeKubeServer() as server:
-        yield server
-
-
-@pytest.fixture
-async def client(kube: FakeKubeServer) -> AsyncIterator[KubeClient]:
-    client = KubeClient(kube.aio_configuration())
-    yield client
-    await client.close()
 
 
 @asynccontextmanager

@@ -7,7 +7,7 @@ failed otherwise, 409s and a PodDisruptionBudget's 429 (no Retry-After) are the
 caller's to handle, at once.
 """
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -23,13 +23,6 @@ def kube() -> Iterator[FakeKubeServer]:
     with FakeKubeServer() as server:
         server.create_object("pods", pod_body("p"), "default")
         yield server
-
-
-@pytest.fixture
-async def client(kube: FakeKubeServer) -> AsyncIterator[KubeClient]:
-    client = KubeClient(kube.aio_configuration())
-    yield client
-    await client.close()
 
 
 def calls(kube: FakeKubeServer, method: str) -> int:

@@ -7,7 +7,7 @@ no request per read once synced, and lists while it is not synced.
 """
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 
@@ -19,19 +19,6 @@ from worker.node_cache import NodeCache, trimmed
 
 NODES = api_path("nodes")
 EXTERNAL, ALIAS = keys.LABELS_EXTERNAL_NODE
-
-
-@pytest.fixture
-def kube() -> Iterator[FakeKubeServer]:
-    with FakeKubeServer() as server:
-        yield server
-
-
-@pytest.fixture
-async def client(kube: FakeKubeServer) -> AsyncIterator[KubeClient]:
-    client = KubeClient(kube.aio_configuration())
-    yield client
-    await client.close()
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ scheduler would only blind the bridge for seconds at each cut connection.
 """
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import cast
 
 import pytest
@@ -16,12 +16,6 @@ from tests.kube_fake import FakeKubeServer
 from worker.pod_watcher import PodWatcher
 
 PODS = api_path("pods")
-
-
-@pytest.fixture
-def kube() -> Iterator[FakeKubeServer]:
-    with FakeKubeServer() as server:
-        yield server
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ never labelled with its job id is never followed by the job watcher, and its
 placement waits forever for a job start it cannot see).
 """
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -21,12 +21,6 @@ from tests.kube_fake import FakeKubeServer
 from tests.kube_fake.builders import pod_body
 
 POD = r"^/api/v1/namespaces/default/pods/p$"
-
-
-@pytest.fixture
-def kube() -> Iterator[FakeKubeServer]:
-    with FakeKubeServer() as server:
-        yield server
 
 
 @pytest.fixture
