@@ -10,6 +10,9 @@ its own, two nodes) and a Temporal dev server of its own, one placement at a tim
 the counts: placements, kills, lost (a pod never bound and not told why, a finalizer left, a job
 still live) and duplicated (more than one Slurm job ever for a placement, counted by the job's
 comment through scontrol, ended jobs included). Lost and duplicated must be 0 (docs/reliability.md).
+Kubernetes API faults run all along: a share of the worker's reads (`--read-faults`, 10 % by
+default) is answered 500 or 429, and every watch stream is cut every `--drop-watches` seconds.
+The writes the kill points park are left alone, so each kill still lands where it is aimed.
 A placement given up cleanly with the reason on its pods (Slurm refused the job: on the shared test
 bed, another run's slurmctld restart makes it forget the soak's partition for a moment) is counted
 as failed, with its reasons, not as lost.
@@ -43,10 +46,15 @@ def say(message: str) -> None:
 
 
 def summarize(
-    outcomes: Sequence[Outcome], seconds: float, seed: int, slurmctld_restarts: int = 0
+    outcomes: Sequence[Outcome],
+    seconds: float,
+    seed: int,
+    slurmctld_restarts: int = 0,
+    faults: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """The counts of a run; lost and duplicated must be 0."""
     return {
+        "api_faults": dict(faults or {}),
         "placements": len(outcomes),
         "pods": sum(2 if o.kind is Kind.GROUP else 1 for o in outcomes),
         "groups": sum(o.kind is Kind.GROUP for o in outcomes),
@@ -79,6 +87,7 @@ def text(summary: dict[str, Any]) -> str:
             f"failed      {summary['failed_told']} (not placed, the reason told on the pod: "
             f"{summary['failed_reasons'] or 'none'})",
             f"duplicated  {summary['duplicated']}",
+            f"API faults  {summary.get('api_faults') or 'none'}",
             f"slurm jobs  {summary['slurm_jobs']}",
             f"slurmctld   restarted {summary['slurmctld_restarts']} times during the run (by others)",
             f"time        {summary['seconds']} s ({summary['seconds_per_placement']} s per placement)",
@@ -87,17 +96,39 @@ def text(summary: dict[str, Any]) -> str:
     )
 
 
-async def soak(placements: int, seed: int, group_share: float, deadline: float) -> dict[str, Any]:
+async def cut_watches(kube: FakeKubeServer, every: float, counts: Counter[str]) -> None:
+    """Cut every open watch stream now and then, as an API server restart does."""
+    while True:
+        await asyncio.sleep(every)
+        kube.drop_watches()
+        counts["watch drops"] += 1
+
+
+async def soak(
+    placements: int,
+    seed: int,
+    group_share: float,
+    deadline: float,
+    *,
+    read_faults: float = 0.1,
+    drop_watches: float = 5.0,
+) -> dict[str, Any]:
     rng = random.Random(seed)
+    faults: Counter[str] = Counter()
     slurm = await asyncio.to_thread(connect_slurm)
     partition = await asyncio.to_thread(slurm.make_partition, 2, 2)
     kube = FakeKubeServer().start()
+    cutter: asyncio.Task[None] | None = None
     outcomes: list[Outcome] = []
     started = time.monotonic()
     log_start = slurmctld_log_size(slurm)
     try:
         for name in partition.node_names:
             kube.create_node(name, cpu="2", memory="8000Mi", labels={keys.LABEL_EXTERNAL_NODE: "true"})
+        if read_faults > 0:
+            # Reads only, watches spared (they are cut below): the kill points park writes.
+            kube.fail_randomly("GET", r"^/api", (500, 429), read_faults, seed=seed, watches=False)
+        cutter = asyncio.create_task(cut_watches(kube, drop_watches, faults)) if drop_watches > 0 else None
         async with await WorkflowEnvironment.start_local(
             dev_server_existing_path=str(TEMPORAL_CLI),
             data_converter=pydantic_data_converter,
@@ -131,9 +162,15 @@ async def soak(placements: int, seed: int, group_share: float, deadline: float) 
                 finally:
                     await bed.stop_worker()
     finally:
+        if cutter is not None:
+            cutter.cancel()
+        for status, count in kube.stop_random_failures().items():
+            faults[f"reads answered {status}"] += count
         kube.stop()
         await asyncio.to_thread(partition.cleanup)
-    return summarize(outcomes, time.monotonic() - started, seed, slurmctld_starts(slurm, log_start))
+    return summarize(
+        outcomes, time.monotonic() - started, seed, slurmctld_starts(slurm, log_start), dict(faults)
+    )
 
 
 def slurmctld_log_size(slurm: SlurmTestBed) -> int:
@@ -159,11 +196,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=None, help="random seed (default: time)")
     p.add_argument("--group-share", type=float, default=0.5, help="share of PodGroups of two (0.5)")
     p.add_argument("--timeout", type=float, default=7200, help="stop placing after this many s (7200)")
+    p.add_argument(
+        "--read-faults", type=float, default=0.1, help="share of reads answered 500/429 (0.1; 0: none)"
+    )
+    p.add_argument(
+        "--drop-watches", type=float, default=5.0, help="cut every watch stream this often, s (5; 0: never)"
+    )
     p.add_argument("--json", dest="json_path", help="also write the counts to this file")
     args = p.parse_args(argv)
     seed = args.seed if args.seed is not None else int(time.time())
     deadline = time.monotonic() + args.timeout
-    summary = asyncio.run(soak(args.placements, seed, args.group_share, deadline))
+    summary = asyncio.run(
+        soak(
+            args.placements,
+            seed,
+            args.group_share,
+            deadline,
+            read_faults=args.read_faults,
+            drop_watches=args.drop_watches,
+        )
+    )
     print(text(summary))
     print(json.dumps(summary))
     if args.json_path:

@@ -49,3 +49,10 @@ def test_a_placement_given_up_with_the_reason_on_its_pods_is_failed_not_lost() -
     summary = summarize([refused, silent], 10.0, 7)
     assert (summary["failed_told"], summary["lost"]) == (1, 1)
     assert summary["failed_reasons"] == {"SlurmRejected": 1}
+
+
+def test_the_api_faults_injected_are_reported() -> None:
+    faults = {"reads answered 500": 3, "watch drops": 2}
+    summary = summarize([outcome(Kind.POD, KillPoint.AFTER_BIND)], 10.0, 7, faults=faults)
+    assert summary["api_faults"] == faults
+    assert "API faults  {'reads answered 500': 3, 'watch drops': 2}" in text(summary)
