@@ -11,7 +11,10 @@ test cannot hide itself by also breaking the clean-up.
 
 from __future__ import annotations
 
+import base64
 import fcntl
+import hashlib
+import hmac
 import json
 import os
 import re
@@ -277,6 +280,25 @@ class SlurmTestBed:
             raise SlurmBedError("scontrol token printed nothing")
         staged = path.with_name(f".{path.name}.new")
         staged.write_text(token)
+        staged.replace(path)
+
+    def write_expired_token(self, path: Path) -> None:
+        """A token for the bridge's Slurm user that expired a minute ago, renamed into `path`.
+
+        Signed HS256 with the bed's own key (/etc/slurm/jwt_hs256.key), as `scontrol token`
+        signs them, so slurmrestd refuses it for its expiry only; no waiting for one to run out.
+        """
+        key = (self.root / "etc/slurm/jwt_hs256.key").read_bytes()
+        now = int(time.time())
+
+        def part(data: bytes) -> str:
+            return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+        header = part(json.dumps({"alg": "HS256", "typ": "JWT"}).encode())
+        claims = part(json.dumps({"iat": now - 120, "exp": now - 60, "sun": self.user_name}).encode())
+        signature = part(hmac.new(key, f"{header}.{claims}".encode(), hashlib.sha256).digest())
+        staged = path.with_name(f".{path.name}.new")
+        staged.write_text(f"{header}.{claims}.{signature}")
         staged.replace(path)
 
     @staticmethod

@@ -15,18 +15,13 @@ token (tests/unit/test_secret_search.py); here the failures' own words are
 found, so the search did see the places a leak would be.
 """
 
-import asyncio
-import contextlib
 import json
 import logging
 import secrets
 import shutil
 from pathlib import Path
-from typing import Any
 
 import pytest
-from temporalio.client import WorkflowHandle
-from temporalio.service import RPCError
 
 from bridge import keys
 from tests.e2e.conftest import StackFactory
@@ -50,19 +45,6 @@ def kube_texts(stack: Stack) -> dict[str, str]:
     return texts
 
 
-async def refused_at_least_once(handle: WorkflowHandle[Any, Any]) -> None:
-    """Until the placement's submission has failed on the token (its history says so).
-
-    Temporal emits nothing a test can wait on for an activity's failure: the history is
-    polled, with a deadline."""
-    async with asyncio.timeout(30):
-        while True:
-            with contextlib.suppress(RPCError):  # not started yet
-                if REFUSED in (await handle.fetch_history()).to_json():
-                    return
-            await asyncio.sleep(0.1)
-
-
 async def test_the_jwt_leaks_nowhere(
     make_stack: StackFactory, slurm_bed: SlurmTestBed, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -78,7 +60,12 @@ async def test_the_jwt_leaks_nowhere(
     await stack.wait_pod("fine", bound)
 
     token_file.write_text(f"SLURM_JWT={bad}\n")
-    await refused_at_least_once(stack.handle(stack.create_pod("refused-token")))
+    stack.create_pod("refused-token")
+    # The Slurm-health gate tells the pod once the submission failed on the token (so the
+    # failure is in the placement's history by then): wait for that Event.
+    await stack.kube.wait_for_async(
+        lambda: any(e["reason"] == "SlurmUnavailable" for e in stack.events("refused-token")), 30
+    )
     token_file.write_text(f"SLURM_JWT={real}\n")
     await stack.wait_pod("refused-token", bound, timeout=60)
 

@@ -252,9 +252,8 @@ async def test_a_replaced_token_is_used_at_once_and_an_expired_one_is_told_until
     assert unavailable_events(stack, "second") == []
 
     # An expired token: the pod says why it waits; the token itself is never shown.
-    slurm_bed.mint_token(token_file, lifespan=1)
+    slurm_bed.write_expired_token(token_file)
     expired = slurm_bed.token_in(token_file)
-    await asyncio.sleep(2.5)  # let it expire: JWT expiry has one-second resolution
     stack.create_pod("third")
     pod = await stack.wait_pod("third", waits_for_slurm, timeout=30)
     message = scheduled_condition(pod)["message"]
