@@ -141,13 +141,11 @@ async def test_a_final_kubernetes_error_fails_the_placement_at_once_and_releases
     assert "403 Forbidden" in release.message
 
 
-async def test_a_step_stuck_past_its_bound_is_told_on_the_pod_and_tried_again(
-    temporal_client: Client,
+async def bound_then_done(
+    temporal_client: Client, stand_ins: StandIns, given: PlacementRequest, name: str
 ) -> None:
-    stand_ins = StandIns(bind_failures_until_told=True)
+    """Run a placement on the stand-ins until it is bound, then finish its pod: it must end Done."""
     task_queue = f"failures-{uuid.uuid4().hex[:8]}"
-    # A short bound (5 minutes by default): the step gives up after 2 s, tells, pauses, tries again.
-    stuck = request().model_copy(update={"step_bound_seconds": 2.0})
     async with Worker(
         temporal_client,
         task_queue=task_queue,
@@ -156,9 +154,9 @@ async def test_a_step_stuck_past_its_bound_is_told_on_the_pod_and_tried_again(
         activities=stand_ins.all(),
     ):
         handle = await temporal_client.start_workflow(
-            PlacementWorkflow.run, stuck, id=f"placement/test/stuck/{uuid.uuid4()}", task_queue=task_queue
+            PlacementWorkflow.run, given, id=f"placement/test/{name}/{uuid.uuid4()}", task_queue=task_queue
         )
-        # The query has no event to wait on: ask until bound (bounded; bind gives up after 2 s).
+        # The query has no event to wait on: ask until bound (bounded; a stuck step gives up after 2 s).
         async for attempt in AsyncRetrying(wait=wait_fixed(0.2), stop=stop_after_delay(30), reraise=True):
             with attempt:
                 assert (await handle.query(PlacementWorkflow.current_state)).phase == "Bound"
@@ -166,6 +164,15 @@ async def test_a_step_stuck_past_its_bound_is_told_on_the_pod_and_tried_again(
             PlacementWorkflow.pod_changed, PodEvent(pod=POD, phase="Succeeded", node_name="node-a")
         )
         assert (await handle.result()).phase == "Done"
+
+
+async def test_a_step_stuck_past_its_bound_is_told_on_the_pod_and_tried_again(
+    temporal_client: Client,
+) -> None:
+    stand_ins = StandIns(bind_failures_until_told=True)
+    # A short bound (5 minutes by default): the step gives up after 2 s, tells, pauses, tries again.
+    stuck = request().model_copy(update={"step_bound_seconds": 2.0})
+    await bound_then_done(temporal_client, stand_ins, stuck, "stuck")
     [message] = [m for reason, m in stand_ins.told if reason == "PlacementStuck"]
     assert "bind to the nodes of Slurm job 7" in message
     assert "API server overloaded" in message
@@ -219,28 +226,8 @@ async def test_a_submission_tried_again_after_being_stuck_looks_for_its_job_firs
 ) -> None:
     """The retry is a new activity (attempt 1): the stuck one may have submitted before failing."""
     stand_ins = StandIns(prepare_failures_until_told=True)
-    task_queue = f"failures-{uuid.uuid4().hex[:8]}"
     stuck = request().model_copy(update={"step_bound_seconds": 2.0})
-    async with Worker(
-        temporal_client,
-        task_queue=task_queue,
-        workflows=[PlacementWorkflow],
-        unsandboxed_workflow_runner=SandboxedWorkflowRunner(),  # the guard production skips
-        activities=stand_ins.all(),
-    ):
-        handle = await temporal_client.start_workflow(
-            PlacementWorkflow.run,
-            stuck,
-            id=f"placement/test/stuck-submit/{uuid.uuid4()}",
-            task_queue=task_queue,
-        )
-        async for attempt in AsyncRetrying(wait=wait_fixed(0.2), stop=stop_after_delay(30), reraise=True):
-            with attempt:
-                assert (await handle.query(PlacementWorkflow.current_state)).phase == "Bound"
-        await handle.signal(
-            PlacementWorkflow.pod_changed, PodEvent(pod=POD, phase="Succeeded", node_name="node-a")
-        )
-        assert (await handle.result()).phase == "Done"
+    await bound_then_done(temporal_client, stand_ins, stuck, "stuck-submit")
     assert any(reason == "PlacementStuck" for reason, _ in stand_ins.told)
     # Attempts of the first activity carry recovery=False (the activity sees its attempt number);
     # the activity scheduled after the report must look for the job a lost answer may have created.
