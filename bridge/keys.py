@@ -8,6 +8,9 @@ from typing import Final
 
 DEFAULT_SCHEDULER_NAME: Final = "slurm-bridge-scheduler"
 DEFAULT_PARTITION: Final = "slurm-bridge"
+# The installation a bridge is when INSTALLATION_ID is not set: in placement ids, job comments
+# and the ownership comment of the external nodes it registers.
+DEFAULT_INSTALLATION: Final = "slurm-bridge"
 DEFAULT_MCS_LABEL: Final = "kubernetes"
 
 SCHEDULER_PREFIX: Final = "scheduler.slinky.slurm.net/"

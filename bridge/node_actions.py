@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
+from bridge import keys
 from bridge.models import Frozen
 
 Json = dict[str, Any]
@@ -32,8 +33,7 @@ REJECTED = "SlurmNodeRejected"
 MANAGED_BY = "slurm-bridge"
 
 
-# The installation a bridge is when INSTALLATION_ID is not set (worker/settings.py).
-DEFAULT_INSTALLATION = "slurm-bridge"
+DEFAULT_INSTALLATION = keys.DEFAULT_INSTALLATION
 
 
 def ownership_comment(scheduler_name: str, kube_node: str, installation: str = DEFAULT_INSTALLATION) -> str:

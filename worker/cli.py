@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from bridge import keys
 from bridge.models import workflow_id_of
 from worker import logs
 from worker.doctor import DoctorSettings
@@ -125,7 +126,7 @@ def explain(
         partition=partition or os.environ.get("SLURM_PARTITION") or Defaults.partition,
         mcs_label=mcs_label if mcs_label is not None else os.environ.get("MCS_LABEL", Defaults.mcs_label),
     )
-    installation = installation or os.environ.get("INSTALLATION_ID") or "slurm-bridge"
+    installation = installation or os.environ.get("INSTALLATION_ID") or keys.DEFAULT_INSTALLATION
     policy_path = tenant_policy_file or os.environ.get("TENANT_POLICY_FILE")
     try:
         policy = load_policy(Path(policy_path)) if policy_path else None

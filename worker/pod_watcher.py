@@ -51,7 +51,7 @@ from worker.pod_group_waits import PodGroupWaits
 from workflows.placement import PlacementWorkflow
 
 log = logging.getLogger(__name__)
-DEFAULT_INSTALLATION = "slurm-bridge"
+DEFAULT_INSTALLATION = keys.DEFAULT_INSTALLATION
 POD_GROUP_NOT_FOUND = "PodGroupNotFound"
 START_ATTEMPTS = 5  # start, or join by signal, a placement that may be ending meanwhile
 # How a waiting pod is told why: PodScheduled=False and an Event, both with this reason and message.
