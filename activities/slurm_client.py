@@ -291,6 +291,8 @@ class SlurmClient:
         self.observer = observer
         self.user_name = user_name
         self.token_file = Path(token_file) if token_file is not None else None
+        self._token = ""  # the token as last read, and the file's identity then
+        self._token_version: tuple[int, int, int, int] | None = None
         self.timeout = timeout
         # Listing every job: megabytes from a slurmrestd that may be busy. Connecting
         # still fails as fast as for any other request.
@@ -582,11 +584,18 @@ class SlurmClient:
         return headers
 
     def _read_token(self, operation: str) -> str:
-        # Read on every request so a rotated token (a re-mounted Secret, a new
-        # `scontrol token`) is used at once. A few hundred bytes from a local
-        # file: cheaper than a thread hop, so read synchronously.
+        # Looked at on every request so a rotated token (a re-mounted Secret, a new
+        # `scontrol token`) is used at once, but read only when the file changed: one
+        # stat() instead of open, read and close on every request (each system call
+        # gives up the GIL, which the workflow threads are waiting for). A Secret is
+        # re-mounted by a symlink swap (a new inode); a rewrite changes the mtime, kept
+        # in nanoseconds by Linux file systems.
         assert self.token_file is not None
         try:
+            stat = os.stat(self.token_file)
+            version = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+            if version == self._token_version and self._token:
+                return self._token
             raw = self.token_file.read_text(encoding="utf-8")
         except OSError as error:
             reason = os.strerror(error.errno) if error.errno else type(error).__name__
@@ -596,6 +605,7 @@ class SlurmClient:
         token = raw.strip().removeprefix("SLURM_JWT=").strip()
         if not token:
             raise SlurmAuthError(f"token file {self.token_file} is empty", operation=operation)
+        self._token, self._token_version = token, version
         return token
 
 

@@ -17,6 +17,7 @@ import os
 import queue
 import select
 import signal
+import ssl
 import subprocess
 import sys
 import threading
@@ -36,6 +37,11 @@ from bridge import keys
 REPO = Path(__file__).resolve().parent.parent
 
 Json = dict[str, Any]
+
+# The fake API speaks plain HTTP, but each httpx client would still build a TLS context
+# and load the CA store (tens of ms of CPU holding the GIL, beside the bridge's event
+# loop): every client of the driver shares this one.
+_TLS = ssl.create_default_context()
 
 
 class KubeProcessError(RuntimeError):
@@ -162,7 +168,7 @@ class KubeDriver:
     def _client(self) -> httpx.Client:
         client: httpx.Client | None = getattr(self._local, "client", None)
         if client is None:
-            client = self._local.client = httpx.Client(base_url=self.url, timeout=30)
+            client = self._local.client = httpx.Client(base_url=self.url, timeout=30, verify=_TLS)
         return client
 
     def _call(self, method: str, path: str, body: Json, content_type: str = "application/json") -> Json:
@@ -241,7 +247,9 @@ class PodObserver:
 
     def _watch(self) -> None:
         path = f"/api/v1/namespaces/{self.namespace}/pods"
-        with httpx.Client(base_url=self.driver.url, timeout=httpx.Timeout(10, read=30)) as client:
+        with httpx.Client(
+            base_url=self.driver.url, timeout=httpx.Timeout(10, read=30), verify=_TLS
+        ) as client:
             version = ""
             while not self._stop.is_set():
                 try:

@@ -292,7 +292,7 @@ def rotate(token_file: Path, content: str) -> None:
     token_file.write_text(content)
 
 
-async def test_token_is_read_from_the_file_on_every_request(token_file: Path) -> None:
+async def test_a_rotated_token_is_used_by_the_next_request(token_file: Path) -> None:
     recorder = Recorder({"partitions": [], "errors": [], "warnings": []})
     async with client_for(recorder, token_file) as client:
         await client.list_partitions()
@@ -303,6 +303,51 @@ async def test_token_is_read_from_the_file_on_every_request(token_file: Path) ->
     assert second.headers["X-SLURM-USER-TOKEN"] == "rotated-token"
     assert first.headers["X-SLURM-USER-NAME"] == "slurm"
     assert str(first.url) == "http://slurmrestd:6820/slurm/v0.0.44/partitions/"
+
+
+async def test_a_token_rewritten_in_place_with_the_same_length_is_used_at_once(token_file: Path) -> None:
+    recorder = Recorder({"partitions": [], "errors": [], "warnings": []})
+    same_length = TOKEN[:-1] + ("1" if TOKEN[-1] != "1" else "2")
+    async with client_for(recorder, token_file) as client:
+        await client.list_partitions()
+        rotate(token_file, f"SLURM_JWT={same_length}\n")
+        await client.list_partitions()
+    assert [r.headers["X-SLURM-USER-TOKEN"] for r in recorder.requests] == [TOKEN, same_length]
+
+
+async def test_a_secret_remounted_by_a_symlink_swap_is_used_at_once(tmp_path: Path) -> None:
+    # How the kubelet updates a mounted Secret: a new directory, then `..data` re-pointed.
+    for version, token in (("v1", "token-one"), ("v2", "token-two")):
+        (tmp_path / version).mkdir()
+        (tmp_path / version / "jwt").write_text(token)
+    (tmp_path / "..data").symlink_to("v1")
+    (tmp_path / "jwt").symlink_to("..data/jwt")
+    recorder = Recorder({"partitions": [], "errors": [], "warnings": []})
+    async with client_for(recorder, tmp_path / "jwt") as client:
+        await client.list_partitions()
+        (tmp_path / "..data.tmp").symlink_to("v2")
+        (tmp_path / "..data.tmp").replace(tmp_path / "..data")
+        await client.list_partitions()
+    assert [r.headers["X-SLURM-USER-TOKEN"] for r in recorder.requests] == ["token-one", "token-two"]
+
+
+async def test_an_unchanged_token_file_is_not_read_again(
+    token_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads: list[Path] = []
+    read_text = Path.read_text
+
+    def counting_read_text(self: Path, *args: Any, **kwargs: Any) -> str:
+        reads.append(self)
+        return read_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", counting_read_text)
+    recorder = Recorder({"partitions": [], "errors": [], "warnings": []})
+    async with client_for(recorder, token_file) as client:
+        for _ in range(3):
+            await client.list_partitions()
+    assert [r.headers["X-SLURM-USER-TOKEN"] for r in recorder.requests] == [TOKEN] * 3
+    assert reads == [token_file]
 
 
 async def test_no_auth_headers_when_not_configured() -> None:

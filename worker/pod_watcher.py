@@ -360,6 +360,10 @@ async def start_placement_workflow(
                     ]
                 ),
                 static_summary=f"place {group.kind} {group.name} with Slurm" + (" (retry)" if retry else ""),
+                # The pod watcher runs beside a worker of this task queue on the same client: the
+                # server hands the first workflow task back in the start's answer (one task-queue
+                # round trip less); without a free local slot it is an ordinary start.
+                request_eager_start=True,
             )
         except WorkflowAlreadyStartedError:
             pass

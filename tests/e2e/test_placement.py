@@ -251,6 +251,7 @@ async def test_time_limit_removes_the_pod(make_stack: StackFactory, limit_minute
     # Slurm enforces time limits on its own schedule (about 30 s granularity).
     await stack.wait_pod("short", lambda p: p is None or p["metadata"].get("deletionTimestamp"), timeout=150)
     events = [e for e in stack.events("short") if e["reason"] == "SlurmTimeLimit"]
+    assert events, [(e["reason"], e["message"]) for e in stack.events("short")]
     assert "TIMEOUT" in events[0]["message"]
     assert (await stack.handle(created).result()).phase == "Done"
 

@@ -173,7 +173,10 @@ async def test_a_state_change_is_signalled_once_with_the_new_state(
     await one_pass(watcher)
     told = await placements.told(placement)
     assert [event.states for event in told] == [["PENDING"], ["RUNNING"]]
-    assert told[1].nodes == partition.node_names
+    # Told from the state probe, unread: the bind step reads the job's nodes itself.
+    assert told[1].nodes == []
+    assert watcher.started_unread == 1
+    assert "GET /job/{}" not in requests.take()
 
     await slurm.cancel_job(job_id)
     await poll_until(watcher, lambda: watcher.signals == 3, "told CANCELLED")
@@ -189,7 +192,7 @@ async def test_a_state_change_is_signalled_once_with_the_new_state(
     # Steady path: state probes and reads of changed jobs only, never a listing of all jobs.
     assert watcher.errors == 0
     assert watcher.signals == 3
-    assert watcher.job_gets == 3  # first sight, RUNNING, CANCELLED
+    assert watcher.job_gets == 2  # first sight, CANCELLED (RUNNING came from the probe)
     assert "GET /jobs/" not in requests.operations
 
 
@@ -275,6 +278,7 @@ async def test_a_job_slurm_does_not_know_is_gone(
 
 async def test_a_job_with_an_old_format_comment_signals_the_comment(
     slurm: SlurmClient,
+    slurm_bed: SlurmTestBed,
     slurm_partition: MakePartition,
     temporal_client: Client,
     placements: Placements,
@@ -294,6 +298,15 @@ async def test_a_job_with_an_old_format_comment_signals_the_comment(
     [told] = await placements.told(placement)
     assert told.job_id == job_id
     assert told.states == ["PENDING"]
+
+    # Its placement runs the first workflow, which takes the nodes from the signal: the
+    # start is read, not told from the state probe alone.
+    await asyncio.to_thread(slurm_bed.scontrol, "release", str(job_id))
+    await poll_until(watcher, lambda: watcher.signals == 2, "told RUNNING")
+    [_, running] = await placements.told(placement)
+    assert running.states == ["RUNNING"]
+    assert running.nodes == partition.node_names
+    assert watcher.started_unread == 0
     await slurm.cancel_job(job_id)
 
 
