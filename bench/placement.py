@@ -69,6 +69,7 @@ from temporalio.testing import WorkflowEnvironment
 from activities.kube_client import load_configuration
 from bench.kube import CountingKube, KubeDriver, KubeProcess, PodObserver, PodTimes, pod_manifest
 from bench.probes import (
+    STEP_ROWS,
     CountingTransport,
     CpuSample,
     HistoryCost,
@@ -83,6 +84,7 @@ from bench.probes import (
     recheck_times,
     scrape,
     split_history,
+    step_durations,
 )
 from bench.reference import ReferenceRun, run_reference
 from bench.slurm import LISTING, ActivitySlurm, WatcherSlurm, running_times
@@ -183,6 +185,8 @@ class Results:
     paced_costs: list[HistoryCost] = field(default_factory=list)
     waiting_costs: list[HistoryCost] = field(default_factory=list)  # per placement, hold window only
     reference_costs: list[HistoryCost] = field(default_factory=list)
+    # phase → each placement's step durations from its history (bench/probes.py: STEP_ROWS)
+    steps: dict[str, list[dict[str, float]]] = field(default_factory=lambda: {"burst": [], "paced": []})
     failures: list[str] = field(default_factory=list)
     rss_kb: dict[str, int | None] = field(default_factory=dict)
     in_flight: int | None = None
@@ -356,13 +360,19 @@ class Bench:
         await asyncio.gather(*(one(t) for t in placed))
 
     async def histories(
-        self, workflow_ids: Sequence[str], window: tuple[float, float]
+        self,
+        workflow_ids: Sequence[str],
+        window: tuple[float, float],
+        steps: list[dict[str, float]] | None = None,
     ) -> list[tuple[HistoryCost, HistoryCost]]:
+        """Each history's cost outside and inside `window`; with `steps`, also its step durations."""
         slots = asyncio.Semaphore(20)
 
         async def one(wid: str) -> tuple[HistoryCost, HistoryCost]:
             async with slots:
                 history = await self.temporal.get_workflow_handle(wid).fetch_history()
+                if steps is not None:
+                    steps.append(step_durations(history.events))
                 return split_history(history.events, *window)
 
         return list(await asyncio.gather(*(one(w) for w in workflow_ids)))
@@ -606,12 +616,16 @@ class Bench:
             r.reference_costs = [whole for whole, _ in costs]
 
         say("reading histories and slurmctld's log")
-        costs = await self.histories([self.workflow_id(t) for t in placed], (r.hold.start, r.hold.end))
+        costs = await self.histories(
+            [self.workflow_id(t) for t in placed], (r.hold.start, r.hold.end), r.steps["burst"]
+        )
         r.costs = [own for own, _ in costs]
         r.waiting_costs = [waiting for _, waiting in costs]
         self.latencies("burst", placed)
         if r.paced.pods:
-            costs = await self.histories([self.workflow_id(t) for t in r.paced.pods], (0.0, 0.0))
+            costs = await self.histories(
+                [self.workflow_id(t) for t in r.paced.pods], (0.0, 0.0), r.steps["paced"]
+            )
             r.paced_costs = [own for own, _ in costs]
             self.latencies("paced", r.paced.pods)
 
@@ -978,6 +992,14 @@ def latency_table(r: Results, add: Callable[[str], None], phase: str, title: str
         + ", ".join(f"{k} {v}" for k, v in reasons.most_common())
         + ")"
     )
+    steps = r.steps.get(phase, [])
+    if steps:
+        add("  steps, from the histories (server's clock):")
+        for label, key in STEP_ROWS:
+            values = [step[key] for step in steps if key in step]
+            cells = [percentile(values, 50), percentile(values, 90), percentile(values, 99)]
+            cells.append(max(values) if values else None)
+            add(f"    {label:<40} " + " ".join(f"{fmt_ms(v):>7}" for v in cells) + f" {len(values):>5}")
 
 
 def report_batch(r: Results, add: Callable[[str], None]) -> None:
@@ -1310,6 +1332,10 @@ def to_json(r: Results) -> dict[str, Any]:
         "latencies_ms": {
             phase: {key: quantiles(values) for key, values in lat.items()}
             for phase, lat in r.latencies.items()
+        },
+        "steps_ms": {
+            phase: {key: quantiles([step[key] for step in steps if key in step]) for _, key in STEP_ROWS}
+            for phase, steps in r.steps.items()
         },
         "running_from_log": r.running_from_log,
         "via_watcher": r.via_watcher,

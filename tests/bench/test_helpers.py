@@ -14,7 +14,7 @@ from bench.placement import (
     recheck_day,
     stats_delta,
 )
-from bench.probes import HistoryCost, RequestStats, recheck_times, split_history
+from bench.probes import HistoryCost, RequestStats, recheck_times, split_history, step_durations
 from bench.slurm import _note_reason
 from bridge import keys
 from bridge.slurm_api.v0044 import V0044JobInfo
@@ -52,6 +52,62 @@ def test_split_history_puts_the_window_apart() -> None:
     assert (own.events, own.billable_actions) == (3, 3)
     assert (waiting.events, waiting.billable_actions) == (2, 2)
     assert waiting.actions == Counter({"timer": 1, "signal": 1})
+
+
+def test_step_durations_follow_the_path_to_bound() -> None:
+    ev = EventType
+
+    def event(event_id: int, kind: "EventType.ValueType", at: float) -> HistoryEvent:
+        made = _event(kind, at)
+        made.event_id = event_id
+        return made
+
+    def scheduled(event_id: int, name: str, at: float) -> HistoryEvent:
+        made = event(event_id, ev.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED, at)
+        made.activity_task_scheduled_event_attributes.activity_type.name = name
+        return made
+
+    def started(event_id: int, of: int, at: float) -> HistoryEvent:
+        made = event(event_id, ev.EVENT_TYPE_ACTIVITY_TASK_STARTED, at)
+        made.activity_task_started_event_attributes.scheduled_event_id = of
+        return made
+
+    def completed(event_id: int, of: int, at: float) -> HistoryEvent:
+        made = event(event_id, ev.EVENT_TYPE_ACTIVITY_TASK_COMPLETED, at)
+        made.activity_task_completed_event_attributes.scheduled_event_id = of
+        return made
+
+    def signal(event_id: int, name: str, at: float) -> HistoryEvent:
+        made = event(event_id, ev.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED, at)
+        made.workflow_execution_signaled_event_attributes.signal_name = name
+        return made
+
+    history = [
+        event(1, ev.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED, 10.000),
+        event(3, ev.EVENT_TYPE_WORKFLOW_TASK_STARTED, 10.010),
+        scheduled(5, "prepare_and_submit", 10.020),
+        started(6, 5, 10.025),
+        completed(7, 5, 10.100),
+        signal(8, "pod_changed", 10.150),  # not the job's news: not the bind path
+        event(10, ev.EVENT_TYPE_WORKFLOW_TASK_STARTED, 10.160),
+        signal(12, "job_changed", 10.400),
+        event(14, ev.EVENT_TYPE_WORKFLOW_TASK_STARTED, 10.420),
+        scheduled(16, "bind", 10.430),
+        started(17, 16, 10.432),
+        completed(18, 16, 10.500),
+    ]
+    steps = step_durations(history)
+    expected = {
+        "start_to_task": 0.010,
+        "task_to_submit": 0.015,
+        "submit_runs": 0.075,
+        "signal_to_task": 0.020,
+        "task_to_bind": 0.012,
+        "bind_runs": 0.068,
+    }
+    assert steps.keys() == expected.keys()
+    for key, seconds in expected.items():
+        assert abs(steps[key] - seconds) < 1e-6, (key, steps[key])
 
 
 def test_budget_line_leaves_out_placements_with_a_pending_reason() -> None:
