@@ -62,13 +62,16 @@ class KillBed:
     partition: str
     env: dict[str, str]
     log_dir: Path
-    installation: str = "slurm-bridge"
     worker: "WorkerProcess | None" = None
     starts: int = 0
 
     @property
     def namespace(self) -> str:
         return self.partition
+
+    @property
+    def installation(self) -> str:
+        return self.env["INSTALLATION_ID"]
 
     @property
     def scheduler(self) -> str:
@@ -396,10 +399,16 @@ def bound(p: Pod) -> str:
 def worker_env(
     *, temporal_address: str, task_queue: str, slurm: SlurmTestBed, kubeconfig: Path, partition: str
 ) -> dict[str, str]:
-    """A worker process that takes over a dead predecessor's steps and tasks within seconds."""
+    """A worker process that takes over a dead predecessor's steps and tasks within seconds.
+
+    An installation of its own: the worker runs the orphan sweep, which cancels jobs of its
+    installation whose pods it cannot find, and other runs share this Slurm (a soak lasts
+    long enough for sweeps to fire while other tests place pods).
+    """
     return settings_env(
         bed_settings(slurm, kubeconfig, task_queue, partition=partition),
         temporal_address,
+        INSTALLATION_ID=f"kill-{partition}",
         SCHEDULER_NAME=scheduler_name(partition),
         STEP_HEARTBEAT_TIMEOUT="2",
         TEMPORAL_STICKY_TIMEOUT="1",
