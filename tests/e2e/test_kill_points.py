@@ -7,16 +7,26 @@ and the new worker took over well before the 60 s attempt timeout (a killed work
 noticed by its missing heartbeat). The soak (bench/soak.py) does the same at random, many times.
 """
 
+import asyncio
+import secrets
+import time
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, ScheduleActionExecutionStartWorkflow
+from temporalio.service import RPCError
 
+from activities.sweep import SweepResult
 from bridge import keys
+from bridge.models import admin_comment_for
+from tests.e2e.harness import bed_client
 from tests.e2e.kill_points import KillBed, KillPoint, Kind, place_with_kill, worker_env
 from tests.kube_fake import FakeKubeServer
+from tests.slurm.test_slurm_client import external_job
 from tests.slurm_bed import SlurmTestBed
+from worker.schedules import sweep_schedule_id
 
 pytestmark = pytest.mark.slurm
 
@@ -54,3 +64,57 @@ async def test_a_worker_killed_at_any_step_loses_and_duplicates_nothing(
     assert [v for o in outcomes for v in o.violations()] == []
     assert all(o.killed for o in outcomes)
     assert kill_bed.starts == 1 + len(KillPoint)  # one worker, then one after each kill
+
+
+async def test_the_worker_sweeps_only_its_own_installation_on_a_shared_slurm(
+    kill_bed: KillBed, temporal_client: Client, slurm_bed: SlurmTestBed
+) -> None:
+    """Another run's bridge job on the same Slurm (the default installation, its pods in another
+    cluster) is not this worker's to sweep. Before each bed was an installation of its own, a
+    soak's sweep cancelled such jobs of the tests running beside it."""
+    assert kill_bed.installation != keys.DEFAULT_INSTALLATION
+    other = slurm_bed.make_partition(nodes=1, cpus=1)
+    namespace = f"elsewhere-{secrets.token_hex(3)}"
+    slurm = bed_client(slurm_bed)
+    try:
+        job_id = await slurm.submit_job(
+            external_job(
+                other.name,
+                comment=f"placement/{keys.DEFAULT_INSTALLATION}/{namespace}/p/u1@u1",
+                admin_comment=admin_comment_for([f"{namespace}/p"]),
+            )
+        )
+        await kill_bed.ensure_worker()
+        result = await run_sweep(temporal_client, sweep_schedule_id(kill_bed.installation))
+        assert result.cancelled == 0, result
+        assert result.others >= 1, result  # seen, and left alone
+        assert slurm_bed.job_states([job_id])[job_id][0] in ("PENDING", "RUNNING")
+        await slurm.cancel_job(job_id)
+    finally:
+        await slurm.close()
+        other.cleanup()
+
+
+async def run_sweep(temporal: Client, schedule_id: str, timeout: float = 60) -> SweepResult:
+    """Trigger the worker's sweep schedule (created when it starts) and return that run's result."""
+    handle = temporal.get_schedule_handle(schedule_id)
+    deadline = time.monotonic() + timeout
+    while True:  # polling Temporal for the schedule the worker creates, not waiting for time
+        try:
+            await handle.describe()
+            break
+        except RPCError:
+            assert time.monotonic() < deadline, f"the worker created no schedule {schedule_id}"
+            await asyncio.sleep(0.1)
+    asked = datetime.now(UTC)
+    await handle.trigger()
+    while True:
+        recent = [r for r in (await handle.describe()).info.recent_actions if r.started_at >= asked]
+        if recent:
+            break
+        assert time.monotonic() < deadline, "the schedule started no sweep"
+        await asyncio.sleep(0.05)
+    action = recent[-1].action
+    assert isinstance(action, ScheduleActionExecutionStartWorkflow)
+    run = temporal.get_workflow_handle(action.workflow_id, result_type=SweepResult)
+    return await asyncio.wait_for(run.result(), timeout)
