@@ -2,8 +2,9 @@
 
 Messages are v0.0.44's models on either version (bridge/slurm_api/versions.py says why that holds).
 
-One `httpx.AsyncClient`; the JWT is read from its file on every request (so a
-rotated token is picked up at once) and never kept, logged or put in an error.
+One `httpx.AsyncClient`; the JWT file is looked at before every request and read
+again whenever it changed (so a rotated token is picked up at once); the token is
+kept in the client's memory only, never logged or put in an error.
 
 Every failure is a `SlurmError` carrying Slurm's own error text and numbers, the
 HTTP status and whether retrying can help. How answers map to the subclasses,
@@ -87,7 +88,7 @@ ESLURM_INVALID_NODE_NAME = 2018
 ESLURM_ALREADY_DONE = 2021
 ESLURM_REST_AUTH_FAIL = 9008
 
-# Answers that a fresh token fixes: the token file is re-read on every request.
+# Answers that a fresh token fixes: the next request reads the new token file.
 _AUTH_STATUSES = frozenset({401, 403, 511})
 _AUTH_ERRORS = frozenset({SLURM_PROTOCOL_AUTHENTICATION_ERROR, ESLURM_REST_AUTH_FAIL, *range(6000, 6100)})
 # slurmrestd could not get an answer from slurmctld: its communication errors

@@ -444,7 +444,7 @@ def _token_check(path: Path) -> tuple[Check, str | None]:
     left = expires - time.time()
     renew = (
         f"renew it: scontrol token username={user} lifespan=SECONDS, into the file of SLURM_JWT_FILE "
-        "(it is re-read on every request, no restart needed)"
+        "(the next request reads it, no restart needed)"
     )
     if left <= 0:
         return Check("Slurm", "token file", "fail", f"{path}: the token of {user} has expired", renew), token

@@ -203,7 +203,7 @@ class WorkerSettings(LeaseSettings, TemporalSettings):
     )
     slurm_jwt_file: Path = Field(
         Path("/var/run/secrets/slurm/auth-token"),
-        description="file holding the Slurm JWT, re-read on every request",
+        description="file holding the Slurm JWT, read again whenever it changes",
         validation_alias=env("SLURM_JWT_FILE", "slurm_jwt_file"),
     )
     scheduler_name: str = Field(
@@ -415,7 +415,7 @@ class WorkerSettings(LeaseSettings, TemporalSettings):
     @classmethod
     def _readable(cls, value: Path) -> Path:
         # Checked once at start so a missing secret mount is obvious; the file
-        # is re-read on every request afterwards, so rotation needs no restart.
+        # is read again whenever it changes, so rotation needs no restart.
         try:
             value.read_bytes()
         except OSError as error:
