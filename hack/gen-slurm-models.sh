@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Regenerate bridge/slurm_api/v0044.py and v0045.py (pydantic v2 models) from
-# slurmrestd's own OpenAPI documents, bridge/slurm_api/openapi-v0.0.44.json and
-# openapi-v0.0.45.json (each the part of slurmrestd 26.05's /openapi/v3 under its
-# version: /slurm/<version>/ and /util/<version>/ paths, <version>_ schemas).
+# Regenerate bridge/slurm_api/v0044.py (pydantic v2 models) from slurmrestd's own
+# OpenAPI document, bridge/slurm_api/openapi-v0.0.44.json (the part of slurmrestd
+# 26.05's /openapi/v3 under its version: /slurm/v0.0.44/ and /util/v0.0.44/ paths,
+# v0.0.44_ schemas). v0.0.45 is spoken with these models (bridge/slurm_api/versions.py);
+# its document, openapi-v0.0.45.json, is kept for tests/unit/test_slurm_api_versions.py.
 #
-#   hack/gen-slurm-models.sh           rewrite v0044.py and v0045.py
-#   hack/gen-slurm-models.sh --check   exit 1 if either is not what its spec generates
+#   hack/gen-slurm-models.sh           rewrite v0044.py
+#   hack/gen-slurm-models.sh --check   exit 1 if v0044.py is not what the spec generates
 #
 # The output depends only on the spec and the datamodel-code-generator version,
 # which must be the one pinned in pyproject.toml (no timestamp, no formatter
@@ -14,7 +15,7 @@
 set -euo pipefail
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-VERSIONS=(44 45)
+VERSIONS=(44)  # the models the bridge builds and reads
 
 die() { echo "gen-slurm-models: $*" >&2; exit 1; }
 
