@@ -13,13 +13,20 @@ import os
 import signal
 import socket
 import sys
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import (
+    Client,
+    ScheduleActionExecutionStartWorkflow,
+    ScheduleOverlapPolicy,
+    WorkflowHandle,
+)
 
 from activities.kube_client import KubeClient, api_path
 from activities.slurm_client import SlurmClient
@@ -237,6 +244,28 @@ async def slurm_bridge(stack: Stack, *args: str) -> Any:
     out, err = await process.communicate()
     assert process.returncode == 0, err.decode()
     return json.loads(out)
+
+
+R = TypeVar("R")
+
+
+async def run_scheduled(temporal: Client, schedule_id: str, result_type: type[R], timeout: float = 60) -> R:
+    """Trigger a Schedule and return the result of the run it started after this call."""
+    handle = temporal.get_schedule_handle(schedule_id)
+    asked = datetime.now(UTC)
+    await handle.trigger(overlap=ScheduleOverlapPolicy.BUFFER_ONE)
+    deadline = time.monotonic() + timeout
+    while True:
+        recent = (await handle.describe()).info.recent_actions
+        started = [r.action for r in recent if r.started_at >= asked]
+        if started:
+            break
+        assert time.monotonic() < deadline, f"schedule {schedule_id} started no run"
+        await asyncio.sleep(0.05)  # polling Temporal's schedule state: it sends no event
+    action = started[-1]
+    assert isinstance(action, ScheduleActionExecutionStartWorkflow)
+    run = temporal.get_workflow_handle(action.workflow_id, result_type=result_type)
+    return await asyncio.wait_for(run.result(), timeout)
 
 
 def free_port() -> int:

@@ -14,7 +14,6 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,6 @@ from temporalio.client import (
     Client,
     ScheduleActionExecution,
     ScheduleActionExecutionStartWorkflow,
-    ScheduleOverlapPolicy,
 )
 from temporalio.service import RPCError
 
@@ -31,6 +29,7 @@ from activities.kube_client import KubeClient, load_configuration
 from activities.slurm_client import SlurmClient
 from bridge import keys
 from bridge.node_actions import NodeSyncResult
+from tests.e2e.harness import run_scheduled
 from tests.kube_fake import FakeKubeServer
 from tests.slurm_bed import SlurmBedError, SlurmTestBed, TestPartition
 from worker.main import Bridge
@@ -117,19 +116,7 @@ class NodeStack:
 
     async def sync(self, timeout: float = 60) -> NodeSyncResult:
         """Trigger the schedule and return the result of a run that started after this call."""
-        handle = self.temporal.get_schedule_handle(self.schedule_id)
-        asked = datetime.now(UTC)
-        await handle.trigger(overlap=ScheduleOverlapPolicy.BUFFER_ONE)
-        deadline = time.monotonic() + timeout
-        while True:
-            recent = (await handle.describe()).info.recent_actions
-            started = [r for r in recent if r.started_at >= asked]
-            if started:
-                break
-            assert time.monotonic() < deadline, "the schedule started no run"
-            await asyncio.sleep(0.05)  # polling Temporal's schedule state, not waiting for time
-        run = self.temporal.get_workflow_handle(workflow_id(started[-1].action), result_type=NodeSyncResult)
-        return await asyncio.wait_for(run.result(), timeout)
+        return await run_scheduled(self.temporal, self.schedule_id, NodeSyncResult, timeout)
 
     # -- Kubernetes ------------------------------------------------------------
 

@@ -11,17 +11,16 @@ import asyncio
 import secrets
 import time
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from temporalio.client import Client, ScheduleActionExecutionStartWorkflow
+from temporalio.client import Client
 from temporalio.service import RPCError
 
 from activities.sweep import SweepResult
 from bridge import keys
 from bridge.models import admin_comment_for
-from tests.e2e.harness import bed_client
+from tests.e2e.harness import bed_client, run_scheduled
 from tests.e2e.kill_points import KillBed, KillPoint, Kind, place_with_kill, worker_env
 from tests.kube_fake import FakeKubeServer
 from tests.slurm.test_slurm_client import external_job
@@ -96,25 +95,14 @@ async def test_the_worker_sweeps_only_its_own_installation_on_a_shared_slurm(
 
 
 async def run_sweep(temporal: Client, schedule_id: str, timeout: float = 60) -> SweepResult:
-    """Trigger the worker's sweep schedule (created when it starts) and return that run's result."""
+    """Run the worker's sweep schedule (created when the worker starts) once; that run's result."""
     handle = temporal.get_schedule_handle(schedule_id)
     deadline = time.monotonic() + timeout
-    while True:  # polling Temporal for the schedule the worker creates, not waiting for time
+    while True:  # polling Temporal for the schedule the worker creates: it sends no event
         try:
             await handle.describe()
             break
         except RPCError:
             assert time.monotonic() < deadline, f"the worker created no schedule {schedule_id}"
             await asyncio.sleep(0.1)
-    asked = datetime.now(UTC)
-    await handle.trigger()
-    while True:
-        recent = [r for r in (await handle.describe()).info.recent_actions if r.started_at >= asked]
-        if recent:
-            break
-        assert time.monotonic() < deadline, "the schedule started no sweep"
-        await asyncio.sleep(0.05)
-    action = recent[-1].action
-    assert isinstance(action, ScheduleActionExecutionStartWorkflow)
-    run = temporal.get_workflow_handle(action.workflow_id, result_type=SweepResult)
-    return await asyncio.wait_for(run.result(), timeout)
+    return await run_scheduled(temporal, schedule_id, SweepResult, timeout)

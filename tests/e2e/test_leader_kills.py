@@ -35,6 +35,7 @@ from tests.e2e.harness import (
     unique,
     worker_env,
 )
+from tests.health_probe import probe
 
 pytestmark = pytest.mark.slurm
 
@@ -53,15 +54,7 @@ class WorkerProcess:
     identity: str = ""
 
     async def readyz(self) -> tuple[int, dict[str, Any]]:
-        def get() -> tuple[int, dict[str, Any]]:
-            url = f"http://127.0.0.1:{self.health_port}/readyz"
-            try:
-                with urllib.request.urlopen(url, timeout=5) as answer:
-                    return answer.status, json.loads(answer.read())
-            except urllib.error.HTTPError as error:
-                return error.code, json.loads(error.read())
-
-        return await asyncio.to_thread(get)
+        return await probe(self.health_port, "/readyz")
 
     async def wait_ready(self) -> None:
         """Until /readyz says 200 (polled: nothing else tells when a process is up)."""

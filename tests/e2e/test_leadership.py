@@ -10,9 +10,6 @@ Kubernetes. (tests/e2e/test_leader_kills.py does it with real processes.)
 
 import asyncio
 import contextlib
-import json
-import urllib.error
-import urllib.request
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +21,7 @@ from tenacity import AsyncRetrying, stop_after_delay, wait_fixed
 from activities.kube_client import KubeClient, load_configuration
 from tests.e2e.conftest import StackFactory
 from tests.e2e.harness import Stack, bed_client, bound, finished_cleanly, job_id_of
+from tests.health_probe import probe
 from worker.health import HealthServer
 from worker.main import Bridge
 
@@ -107,22 +105,11 @@ async def test_one_leader_watches_and_another_takes_over(make_stack: StackFactor
 LEASES = r"^/apis/coordination\.k8s\.io/v1/namespaces/default/leases"
 
 
-async def readyz(server: HealthServer) -> tuple[int, dict[str, Any]]:
-    def get() -> tuple[int, dict[str, Any]]:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/readyz", timeout=5) as answer:
-                return answer.status, json.loads(answer.read())
-        except urllib.error.HTTPError as error:
-            return error.code, json.loads(error.read())
-
-    return await asyncio.to_thread(get)
-
-
 async def until_ready(server: HealthServer, ready: bool, timeout: float = 15) -> dict[str, Any]:
     """Poll /readyz until it says `ready` (readiness is computed when asked: nothing to wait on)."""
     async for attempt in AsyncRetrying(wait=wait_fixed(0.1), stop=stop_after_delay(timeout), reraise=True):
         with attempt:
-            status, body = await readyz(server)
+            status, body = await probe(server.port, "/readyz")
             assert (status == 200, body["ready"]) == (ready, ready), body
             return body
     raise AssertionError("unreachable")

@@ -1,25 +1,11 @@
 """The worker's probe server and its cached remote checks, over real HTTP."""
 
 import asyncio
-import json
-import urllib.error
-import urllib.request
-from typing import Any
 
 import pytest
 
+from tests.health_probe import probe
 from worker.health import CachedCheck, HealthServer, Readiness
-
-
-async def get(server: HealthServer, path: str) -> tuple[int, dict[str, Any]]:
-    def fetch() -> tuple[int, dict[str, Any]]:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{server.port}{path}", timeout=5) as answer:
-                return answer.status, json.loads(answer.read())
-        except urllib.error.HTTPError as error:
-            return error.code, json.loads(error.read())
-
-    return await asyncio.to_thread(fetch)
 
 
 async def test_readyz_says_why_not_and_healthz_only_needs_the_loop() -> None:
@@ -29,16 +15,19 @@ async def test_readyz_says_why_not_and_healthz_only_needs_the_loop() -> None:
         return Readiness(list(problems), {"identity": "replica-a"})
 
     async with HealthServer(readiness, 0, host="127.0.0.1") as server:
-        assert await get(server, "/readyz") == (200, {"ready": True, "problems": [], "identity": "replica-a"})
+        assert await probe(server.port, "/readyz") == (
+            200,
+            {"ready": True, "problems": [], "identity": "replica-a"},
+        )
         problems.append("the Temporal worker is not running")
-        status, body = await get(server, "/readyz")
+        status, body = await probe(server.port, "/readyz")
         assert (status, body["ready"], body["problems"]) == (
             503,
             False,
             ["the Temporal worker is not running"],
         )
-        assert await get(server, "/healthz") == (200, {"alive": True})
-        assert (await get(server, "/metrics"))[0] == 404
+        assert await probe(server.port, "/healthz") == (200, {"alive": True})
+        assert (await probe(server.port, "/metrics"))[0] == 404
 
 
 async def test_a_readiness_that_raises_is_an_unready_answer_not_a_dropped_connection() -> None:
@@ -46,7 +35,7 @@ async def test_a_readiness_that_raises_is_an_unready_answer_not_a_dropped_connec
         raise RuntimeError("boom")
 
     async with HealthServer(readiness, 0, host="127.0.0.1") as server:
-        status, body = await get(server, "/readyz")
+        status, body = await probe(server.port, "/readyz")
     assert (status, body["problems"]) == (503, ["readiness check failed: RuntimeError: boom"])
 
 
@@ -92,4 +81,4 @@ async def test_odd_requests_do_not_break_the_server(request_line: bytes, answer_
         writer.close()
         assert answer.startswith(answer_starts)
         assert bool(answer) == bool(answer_starts)
-        assert (await get(server, "/readyz"))[0] == 200
+        assert (await probe(server.port, "/readyz"))[0] == 200

@@ -7,7 +7,7 @@ test. A shared counter checks that two `lead()` calls never overlap.
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -94,12 +94,6 @@ class Candidates:
             await self.stop(who)
         for client in self.clients:
             await client.close()
-
-
-@pytest.fixture
-def kube() -> Iterator[FakeKubeServer]:
-    with FakeKubeServer() as server:
-        yield server
 
 
 @pytest.fixture

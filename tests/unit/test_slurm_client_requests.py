@@ -1,6 +1,7 @@
 """SlurmClient's requests as sent: job_states' query strings, timeouts per kind of request (no Slurm)."""
 
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 import httpx
@@ -38,7 +39,7 @@ def recorder() -> Recorder:
 
 
 def client(
-    recorder: Recorder, tmp_path: Path, timeout: float = 10.0, listing_timeout: float = 60.0
+    recorder: Recorder, tmp_path: Path, timeout: float = 10.0, listing_timeout: float = 60.0, **more: Any
 ) -> SlurmClient:
     token = tmp_path / "jwt"
     token.write_text("token")
@@ -49,6 +50,7 @@ def client(
         transport=httpx.MockTransport(recorder),
         timeout=timeout,
         listing_timeout=listing_timeout,
+        **more,
     )
 
 
@@ -114,14 +116,8 @@ async def test_listing_timeout_is_never_shorter_than_the_point_timeout(
 
 async def test_observer_counts_listings_and_state_probes_apart(recorder: Recorder, tmp_path: Path) -> None:
     seen: list[str] = []
-    token = tmp_path / "jwt"
-    token.write_text("token")
-    async with SlurmClient(
-        "http://s:6820",
-        user_name="slurm",
-        token_file=token,
-        transport=httpx.MockTransport(recorder),
-        observer=lambda operation, outcome, seconds: seen.append(operation),
+    async with client(
+        recorder, tmp_path, observer=lambda operation, outcome, seconds: seen.append(operation)
     ) as slurm:
         await slurm.list_jobs(update_time=5)
         await slurm.job_states([1, 2])
@@ -132,15 +128,7 @@ async def test_observer_counts_listings_and_state_probes_apart(recorder: Recorde
 async def test_every_request_goes_to_the_configured_api_version(
     recorder: Recorder, tmp_path: Path, version: str
 ) -> None:
-    token = tmp_path / "jwt"
-    token.write_text("token")
-    async with SlurmClient(
-        "http://slurmrestd:6820/",
-        user_name="slurm",
-        token_file=token,
-        transport=httpx.MockTransport(recorder),
-        api_version=version,
-    ) as slurm:
+    async with client(recorder, tmp_path, api_version=version) as slurm:
         await slurm.list_jobs()
         await slurm.job_states([1])
     assert [r.url.path for r in recorder.requests] == [
