@@ -239,6 +239,20 @@ def sample_pod() -> dict[str, object]:
     }
 
 
+def placement_link(ui_port: int, uid: str) -> str:
+    """The sample pod's placement in the Temporal UI (the worker's installation, as it names it)."""
+    sys.path.insert(0, str(REPO))
+    from urllib.parse import quote
+
+    from bridge import keys
+    from bridge.models import PodRef
+    from worker.pod_watcher import workflow_id
+
+    installation = os.environ.get("INSTALLATION_ID") or keys.DEFAULT_INSTALLATION
+    placement = workflow_id(PodRef(namespace="default", name="hello-slurm", uid=uid), installation)
+    return f"http://localhost:{ui_port}/namespaces/default/workflows/{quote(placement, safe='')}"
+
+
 async def place_sample(kubeconfig: Path, once: bool, ui_port: int) -> None:
     sys.path.insert(0, str(REPO))
     from activities.kube_client import KubeClient, KubeNotFound, api_path, load_configuration
@@ -247,8 +261,7 @@ async def place_sample(kubeconfig: Path, once: bool, ui_port: int) -> None:
     try:
         pods = api_path("pods", namespace="default")
         pod = await kube.request("POST", pods, body=sample_pod())
-        uid = pod["metadata"]["uid"]
-        link = f"http://localhost:{ui_port}/namespaces/default/workflows/placement%2Fdefault%2Fhello-slurm%2F{uid}"
+        link = placement_link(ui_port, pod["metadata"]["uid"])
         say(f"created pod default/hello-slurm; its placement: {link}")
         seen = ""
         while True:
