@@ -6,8 +6,9 @@ action and three history events. These fold them by what happens together:
 - prepare_and_submit: finalizer + placement annotation → translate → submit →
   label with the job id → Event → read the job once (an external job that
   fits starts at once, and then the workflow binds without waiting);
-- bind: read the job afresh → map Slurm nodes → toleration + node annotation →
-  pods/binding → Event;
+- bind: read the job afresh (and the pods beside it) → map Slurm nodes → pods/binding
+  carrying the node annotation (a patch first only when the pod lacks the managed-node
+  toleration) → Event;
 - release: condition and Event → cancel the job or remove the pods → finalizer.
 
 Every step is idempotent, so an attempt after a crash repeats nothing that
@@ -16,6 +17,7 @@ node is accepted, and submission adopts the job carrying this placement's id
 whenever the attempt may follow an earlier one (docs/architecture.md).
 """
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -127,23 +129,24 @@ class PlacementActivities:
         submitted = await self._submit(job, given.placement_id, since=given.since, recovery=recovery)
         by_key = {ref.key: ref for ref in request.pods}
         ordered = [by_key[key] for key in job.pod_keys if key in by_key]
-        for ref in ordered:
-            await self._patch(ref, {"metadata": {"labels": {keys.LABEL_SLURM_JOB_ID: str(submitted.job_id)}}})
         verb = "submitted" if submitted.created else "adopted (it already existed)"
-        for ref in ordered:
-            await self.kube._event(
-                ref,
-                "SlurmJobSubmitted",
-                f"Slurm job {submitted.job_id} {verb} in partition {job.partition}",
-                False,
-            )
+        label = {"metadata": {"labels": {keys.LABEL_SLURM_JOB_ID: str(submitted.job_id)}}}
+        message = f"Slurm job {submitted.job_id} {verb} in partition {job.partition}"
+        # Nothing orders the labels, the Events and the job's first read: sent together, the
+        # step takes one round trip instead of three (any failure fails the attempt, and
+        # each of them is safe to repeat).
+        read, _, _ = await asyncio.gather(
+            self._read_job(submitted.job_id),
+            asyncio.gather(*(self._patch(ref, label) for ref in ordered)),
+            asyncio.gather(*(self.kube._event(ref, "SlurmJobSubmitted", message, False) for ref in ordered)),
+        )
         return Prepared(
             submitted=True,
             pods=ordered,
             job_id=submitted.job_id,
             partition=job.partition,
             created=submitted.created,
-            job=first_look(await self._read_job(submitted.job_id), created=submitted.created),
+            job=first_look(read, created=submitted.created),
             annotations={pod["metadata"]["uid"]: job_annotations(pod) for pod in pods},
         )
 
@@ -206,7 +209,11 @@ class PlacementActivities:
     @classified
     async def bind(self, given: BindInput) -> BindResult:
         """Bind pod i to allocated node i, if the job is (still) running; the job as read decides."""
-        job = await self._read_job(given.job_id)
+        # The job decides; the pods are read beside it (bind is called once the job was seen
+        # running, so the reads are rarely wasted) and bound from these reads.
+        job, reads = await asyncio.gather(
+            self._read_job(given.job_id), asyncio.gather(*(self.kube.read_pod(ref) for ref in given.pods))
+        )
         if not job.running or len(job.nodes) < len(given.pods):
             return BindResult(job=job)
         slurm_nodes = job.nodes[: len(given.pods)]
@@ -219,7 +226,7 @@ class PlacementActivities:
             )
             return BindResult(job=job, waiting_for=sorted(_key(p) for p in leaving), grace_seconds=grace)
         # DRA pods: their claims name the devices Slurm chose; all are worked out before any binding.
-        pods = [(ref, pod) for ref in given.pods if (pod := await self.kube.read_pod(ref)) is not None]
+        pods = [(ref, pod) for ref, pod in zip(given.pods, reads, strict=True) if pod is not None]
         present = {ref.uid for ref, _ in pods}
         alive = [
             (ref, s, n)
@@ -242,18 +249,21 @@ class PlacementActivities:
             log.info("pod %s: ResourceClaim %s pins Slurm's devices", claim.ref.key, name)
         # A pod read above is bound from that read, unless its claim was just written (it changed).
         as_read = {ref.uid: pod for ref, pod in pods if ref.uid not in {c.ref.uid for c in pinned}}
-        read: list[Json] = []
-        for ref, node in zip(given.pods, nodes, strict=True):
-            scheduler = given.scheduler_name or self.kube.settings.scheduler_name
-            pod = await self._bind(ref, node, scheduler, as_read.get(ref.uid))
-            read += [pod] if pod is not None else []
+        scheduler = given.scheduler_name or self.kube.settings.scheduler_name
+        bound = await asyncio.gather(
+            *(
+                self._bind(ref, node, scheduler, as_read.get(ref.uid))
+                for ref, node in zip(given.pods, nodes, strict=True)
+            )
+        )
+        read = [pod for pod in bound if pod is not None]
         message = f"Slurm job {job.job_id} allocated {', '.join(slurm_nodes)}; bound to {', '.join(nodes)}"
         if leaving:
             message += f", although {', '.join(sorted(_key(p) for p in leaving))} had not stopped in time"
-        for ref in given.pods:
-            await self.kube._event(ref, "Bound", message, bool(leaving))
-        if read:
-            await set_scheduled(self.kube.kube, read[0], True, message, stamp=now())
+        await asyncio.gather(
+            *(self.kube._event(ref, "Bound", message, bool(leaving)) for ref in given.pods),
+            *([set_scheduled(self.kube.kube, read[0], True, message, stamp=now())] if read else []),
+        )
         return BindResult(job=job, slurm_nodes=slurm_nodes, nodes=nodes, claims=claims)
 
     async def _leaving(self, nodes: list[str], job_id: int) -> list[Json]:
@@ -296,29 +306,35 @@ class PlacementActivities:
                     type=BOUND_ELSEWHERE,
                     non_retryable=True,
                 )
-            # Node sync taints bridge nodes NoExecute; without the toleration the taint
-            # manager would evict the pod right after binding (the webhook is optional).
-            tolerations = list(spec.get("tolerations") or [])
-            patch: Json = {
-                "metadata": {
-                    "resourceVersion": meta["resourceVersion"],
-                    "annotations": {keys.ANNOTATION_SLURM_NODE: node},
-                }
-            }
-            if not any(tolerates_managed_nodes(t, scheduler_name) for t in tolerations):
-                patch["spec"] = {"tolerations": [*tolerations, managed_node_toleration(scheduler_name)]}
-            try:
-                await self.kube._patch_pod(ref, patch)
-            except KubeNotFound:
-                return None
-            except KubeConflict:
-                continue
-            binding = {
+            binding: Json = {
                 "apiVersion": "v1",
                 "kind": "Binding",
                 "metadata": {"name": ref.name, "namespace": ref.namespace, "uid": ref.uid},
                 "target": {"apiVersion": "v1", "kind": "Node", "name": node},
             }
+            # Node sync taints bridge nodes NoExecute; without the toleration the taint
+            # manager would evict the pod right after binding (the webhook is optional).
+            tolerations = list(spec.get("tolerations") or [])
+            if any(tolerates_managed_nodes(t, scheduler_name) for t in tolerations):
+                # The usual case (the webhook added it): the API server copies a Binding's
+                # annotations onto the pod with the node, in one write, and the resourceVersion
+                # precondition makes it the same compare-and-swap as a patch would be.
+                binding["metadata"]["resourceVersion"] = meta["resourceVersion"]
+                binding["metadata"]["annotations"] = {keys.ANNOTATION_SLURM_NODE: node}
+            else:
+                patch: Json = {
+                    "metadata": {
+                        "resourceVersion": meta["resourceVersion"],
+                        "annotations": {keys.ANNOTATION_SLURM_NODE: node},
+                    },
+                    "spec": {"tolerations": [*tolerations, managed_node_toleration(scheduler_name)]},
+                }
+                try:
+                    await self.kube._patch_pod(ref, patch)
+                except KubeNotFound:
+                    return None
+                except KubeConflict:
+                    continue
             try:
                 await self.kube.kube.request(
                     "POST",
@@ -328,7 +344,7 @@ class PlacementActivities:
             except KubeNotFound:
                 return None
             except KubeConflict:
-                continue  # bound meanwhile (an earlier attempt, another replica): check which node
+                continue  # changed or bound meanwhile (an earlier attempt, another replica): read again
             return pod
         raise KubeConflict(409, "Conflict", f"pod {ref.key} kept changing while it was bound")
 

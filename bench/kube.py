@@ -33,6 +33,7 @@ import httpx
 from activities.kube_client import KubeClient
 from bench.probes import kube_operation
 from bridge import keys
+from webhook.policy import managed_node_toleration
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -147,6 +148,8 @@ def pod_manifest(
         },
         "spec": {
             "schedulerName": keys.DEFAULT_SCHEDULER_NAME,
+            # As the mutating webhook leaves a pod of a managed namespace.
+            "tolerations": [managed_node_toleration(keys.DEFAULT_SCHEDULER_NAME)],
             "containers": [
                 {
                     "name": "main",

@@ -69,6 +69,32 @@ def test_binding_refuses_gated_pods_and_honours_uid_precondition(core: Client) -
     assert core.read_namespaced_pod("p", "default").spec.node_name == "n"
 
 
+def test_binding_copies_its_annotations_and_honours_a_resource_version_precondition(core: Client) -> None:
+    # kube-apiserver's BindingREST: the Binding's annotations land on the pod with the node, in
+    # the same write, and metadata.resourceVersion is a precondition like metadata.uid.
+    body = pod_body("p")
+    body["metadata"]["annotations"] = {"keep": "me"}
+    created = core.create_namespaced_pod("default", body)
+    stale = _binding("p", "n")
+    stale["metadata"] = {"name": "p", "resourceVersion": "1", "annotations": {"a": "b"}}
+    with pytest.raises(ApiException) as exc:
+        core.create_namespaced_pod_binding("p", "default", stale, _preload_content=False)
+    assert exc.value.status == 409
+    assert "Precondition failed: ResourceVersion" in str(exc.value.body)
+    pod = core.read_namespaced_pod("p", "default")
+    assert (pod.spec.node_name, pod.metadata.annotations) == (None, {"keep": "me"})
+    current = _binding("p", "n")
+    current["metadata"] = {
+        "name": "p",
+        "resourceVersion": created.metadata.resource_version,
+        "annotations": {"a": "b"},
+    }
+    core.create_namespaced_pod_binding("p", "default", current, _preload_content=False)
+    pod = core.read_namespaced_pod("p", "default")
+    assert pod.spec.node_name == "n"
+    assert pod.metadata.annotations == {"keep": "me", "a": "b"}
+
+
 def test_eviction_deletes_honours_finalizers_and_pdb_fault(kube_fake: FakeKubeServer, core: Client) -> None:
     core.create_namespaced_pod("default", pod_body("p"))
     resp = core.create_namespaced_pod_eviction("p", "default", _eviction("p"), _preload_content=False)
