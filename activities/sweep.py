@@ -81,8 +81,6 @@ from workflows.placement import PlacementWorkflow
 # Temporal's activity logger: each line carries the workflow and activity ids.
 log = activity.logger
 
-# The placement workflow types, today's and the frozen v1 (worker/operations.py).
-PLACEMENT_TYPES = "('Placement', 'PlacementWorkflow')"
 WRONG_INSTALLATION = "WrongInstallation"
 DESCRIBE_CONCURRENCY = 16
 CAS_ATTEMPTS = 5
@@ -429,7 +427,7 @@ class SweepActivities:
     async def _visible_running(self, installation: str) -> set[str]:
         """Workflow ids of this installation's running placements, as visibility shows them (may lag)."""
         prefix = f"{PLACEMENT_ID_PREFIX}{installation}/"
-        query = f"WorkflowType IN {PLACEMENT_TYPES} AND ExecutionStatus = 'Running'"
+        query = f"{keys.workflow_types_clause()} AND ExecutionStatus = 'Running'"
         return {
             execution.id
             async for execution in self.temporal.list_workflows(query)

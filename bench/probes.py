@@ -5,6 +5,7 @@ come from /proc (utime + stime, VmRSS), so a figure is attributed to the
 process (or, inside this process, the thread) that spent it.
 """
 
+import json
 import os
 import re
 import socket
@@ -267,6 +268,23 @@ def percentile(values: Sequence[float], q: float) -> float | None:
 
 
 PATCH_MARKER = "core_patch"
+LOCAL_ACTIVITY_MARKER = "core_local_activity"
+
+
+def local_activity_type(event: HistoryEvent) -> str | None:
+    """The activity type a local activity's marker records (None: not one, or unreadable)."""
+    attributes = event.marker_recorded_event_attributes
+    if attributes.marker_name != LOCAL_ACTIVITY_MARKER:
+        return None
+    data = attributes.details.get("data")
+    if data is None or not data.payloads:
+        return None
+    try:
+        recorded = json.loads(data.payloads[0].data)
+    except ValueError:
+        return None
+    kind = recorded.get("activity_type") if isinstance(recorded, dict) else None
+    return kind if isinstance(kind, str) else None
 
 
 @dataclass
@@ -290,11 +308,14 @@ def history_cost(events: Iterable[HistoryEvent]) -> HistoryCost:
     """Events, bytes and billable actions (Temporal Cloud's rules: docs.temporal.io/cloud/actions).
 
     Actions: the workflow start; each activity scheduled (and each retry); each
-    signal received; each UpsertWorkflowSearchAttributes; each timer started.
-    Local activities (markers) would add one per workflow task; the bridge uses none.
+    signal received; each UpsertWorkflowSearchAttributes; each timer started; and
+    the markers a workflow task records (local activities), one per workflow task
+    whatever their number, as the server's `action` counter has it (BatchMarkers).
     Patch markers (`workflow.patched`) are free.
     """
     cost = HistoryCost()
+    marked_tasks: set[int] = set()  # workflow tasks whose markers were counted
+    task = 0
     for event in events:
         cost.events += 1
         cost.bytes += event.ByteSize()
@@ -317,13 +338,16 @@ def history_cost(events: Iterable[HistoryEvent]) -> HistoryCost:
             cost.actions["timer"] += 1
         elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
             cost.workflow_tasks += 1
+            task = event.event_id
         elif (
             kind == EventType.EVENT_TYPE_MARKER_RECORDED
             and event.marker_recorded_event_attributes.marker_name != PATCH_MARKER
         ):
-            # A `workflow.patched` marker is not billed; local activity markers are
-            # (the bridge uses none: one action per workflow task would be an upper bound).
-            cost.actions["local activities"] += 1
+            if (local := local_activity_type(event)) is not None:
+                cost.activities[local] += 1
+            if task not in marked_tasks:
+                marked_tasks.add(task)
+                cost.actions["local activities"] += 1
     return cost
 
 
@@ -351,6 +375,7 @@ STEP_ROWS = (
     ("job_changed signal -> its workflow task started", "signal_to_task"),
     ("that task started -> bind started", "task_to_bind"),
     ("bind runs (pod bound inside)", "bind_runs"),
+    ("that task, with bind as local activity, runs", "task_with_local_bind"),
 )
 
 
@@ -367,6 +392,7 @@ def step_durations(events: Sequence[HistoryEvent]) -> dict[str, float]:
     activity_name: dict[int, str] = {}  # scheduled event id → activity type
     signal_at: float | None = None
     task_after_signal: float | None = None
+    task_completed: float | None = None
     for event in events:
         at, kind = event_time(event), event.event_type
         if kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
@@ -400,6 +426,17 @@ def step_durations(events: Sequence[HistoryEvent]) -> dict[str, float]:
                 times.setdefault("submit_runs", at - began)
             elif began is not None and name == "bind":
                 times.setdefault("bind_runs", at - began)
+        elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            task_completed = at
+        elif (
+            # A local bind runs inside the workflow task the signal woke; its marker follows
+            # that task's completion.
+            kind == EventType.EVENT_TYPE_MARKER_RECORDED
+            and local_activity_type(event) == "bind"
+            and task_after_signal is not None
+            and task_completed is not None
+        ):
+            times.setdefault("task_with_local_bind", task_completed - task_after_signal)
     return times
 
 

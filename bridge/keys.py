@@ -52,6 +52,24 @@ EXTERNAL_JOB_FLAG: Final = "EXTERNAL_JOB"
 # Prefix of every drain reason the bridge sets; a drain without it is an admin's.
 DRAIN_REASON_PREFIX: Final = "slurm-bridge: "
 
+# Temporal workflow types of a placement, newest first: `PlacementV3` is what the bridge
+# starts; `Placement` and `PlacementWorkflow` are earlier flows that stay registered while
+# placements they started run (docs/architecture.md, "Workflow versioning").
+PLACEMENT_WORKFLOW_TYPE: Final = "PlacementV3"
+PLACEMENT_V2_WORKFLOW_TYPE: Final = "Placement"
+PLACEMENT_V1_WORKFLOW_TYPE: Final = "PlacementWorkflow"
+PLACEMENT_WORKFLOW_TYPES: Final = (
+    PLACEMENT_WORKFLOW_TYPE,
+    PLACEMENT_V2_WORKFLOW_TYPE,
+    PLACEMENT_V1_WORKFLOW_TYPE,
+)
+
+
+def workflow_types_clause(types: tuple[str, ...] = PLACEMENT_WORKFLOW_TYPES) -> str:
+    """A visibility query clause matching these workflow types."""
+    return "WorkflowType IN (" + ", ".join(f"'{t}'" for t in types) + ")"
+
+
 # Bridge-owned (not a Slinky key): the placement id (docs/architecture.md) that
 # claimed the pod, written with the finalizer. The pod watcher signals only that
 # placement and never starts another for a claimed pod.

@@ -69,7 +69,7 @@ from worker.settings import TemporalSettings, WorkerSettings
 from worker.slurm_waker import SlurmWaker
 from worker.watcher_health import WatcherHealth, annotation, rfc3339
 from workflows.node_sync import NodeSyncWorkflow
-from workflows.placement import PlacementWorkflow
+from workflows.placement import PlacementWorkflow, PlacementWorkflowV2
 from workflows.placement_v1 import PlacementWorkflowV1
 from workflows.sweep import SweepWorkflow
 
@@ -364,7 +364,13 @@ class Bridge:
         self.worker = Worker(
             self.temporal,
             task_queue=s.temporal_task_queue,
-            workflows=[PlacementWorkflow, PlacementWorkflowV1, NodeSyncWorkflow, SweepWorkflow],
+            workflows=[
+                PlacementWorkflow,
+                PlacementWorkflowV2,
+                PlacementWorkflowV1,
+                NodeSyncWorkflow,
+                SweepWorkflow,
+            ],
             activities=[
                 *placement_activities.all(),
                 # The v1 steps: placements started before the placement-v2 patch still run them.

@@ -27,13 +27,11 @@ from activities.kube_client import Json, KubeClient, api_path
 from bridge.node_facts import rules_signature, watch_signature
 from worker.informer import EventType, Informer, missing
 from worker.node_rules import ExclusionRefresher
-from workflows.placement import WORKFLOW_TYPE, PlacementWorkflow
+from workflows.placement import LEAN_TYPES_CLAUSE, PlacementWorkflow
 
 log = logging.getLogger(__name__)
 # Placements waiting because no bridge node passes their pods' node rules.
-UNSCHEDULABLE = (
-    f"WorkflowType = '{WORKFLOW_TYPE}' AND PlacementPhase = 'Unschedulable' AND ExecutionStatus = 'Running'"
-)
+UNSCHEDULABLE = f"{LEAN_TYPES_CLAUSE} AND PlacementPhase = 'Unschedulable' AND ExecutionStatus = 'Running'"
 MAX_WAKE = 10_000
 
 

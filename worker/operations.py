@@ -6,7 +6,7 @@ from typing import Any
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
-from bridge import grouping
+from bridge import grouping, keys
 from bridge import search_attributes as sa
 from bridge.models import GENERATION_SEPARATOR, PlacementState, PodRef, installation_of, workflow_id_of
 from bridge.pod_events import pod_event
@@ -120,8 +120,6 @@ async def find_placements(client: Client, query: str, limit: int = 100) -> list[
     return sorted(found, key=lambda p: p.started, reverse=True)
 
 
-# Placements of both workflow types: today's and the frozen v1 (still running old placements).
-PLACEMENT_TYPES = "('Placement', 'PlacementWorkflow')"
 # A placement upserts its phase only where an operator searches for it (each upsert is a
 # billable action): Pending at start and with a pending reason, Bound, Failed. The rest
 # follows from the execution status; v1 placements upserted every phase.
@@ -152,7 +150,7 @@ def visible_phase(attribute: str, status: WorkflowExecutionStatus | None) -> str
 def placements_query(
     *, namespace: str | None = None, name: str | None = None, phase: str | None = None
 ) -> str:
-    clauses = [f"WorkflowType IN {PLACEMENT_TYPES}"]
+    clauses = [keys.workflow_types_clause()]
     for key, value in ((sa.POD_NAMESPACE, namespace), (sa.POD_NAME, name)):
         if value:
             clauses.append(f"{key.name} = '{value.replace(chr(39), '')}'")

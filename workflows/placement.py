@@ -11,21 +11,28 @@ job watcher signal changes, and the workflow sleeps on `wait_condition`.
 Signals are hints, never verdicts: `bind` reads the job afresh before binding,
 and an ended job is read again before its pods are removed.
 
+`bind` runs as a local activity in type `PlacementV3` (new placements): it
+starts in the workflow task the job's signal wakes, with no round trip through
+the server, and the workflow goes on in that task (one workflow task and five
+history events less per placement). Type `Placement` (placements started
+before) schedules it as an ordinary activity; both types run this code.
+
 A placement lives as long as its pods (months, for an inference server): its
 re-check backs off, and it continues-as-new with its state before its history
 grows large, keeping its workflow id and placement id. Placements started
-before this workflow type existed run the frozen PlacementWorkflowV1 (placement_v1.py).
+before these types existed run the frozen PlacementWorkflowV1 (placement_v1.py).
 """
 
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import Any, TypeGuard
+from typing import Any, ClassVar, TypeGuard
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 with workflow.unsafe.imports_passed_through():
     from activities.errors import SLURM_UNAVAILABLE
@@ -50,12 +57,20 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.members import GroupMembers, PlacementFailed
 
-# Type `Placement`: the lean rewrite is a new workflow type, not a patch of `PlacementWorkflow`
-# (workflows/placement_v1.py), so new placements pay no patch marker upsert (docs/architecture.md).
-WORKFLOW_TYPE = "Placement"
+# New command sequences are new workflow types, not patches, so new placements pay no patch
+# marker upsert (docs/architecture.md): `PlacementWorkflow` in workflows/placement_v1.py was the
+# first flow, `Placement` the lean rewrite, `PlacementV3` binds with a local activity.
+WORKFLOW_TYPE = keys.PLACEMENT_WORKFLOW_TYPE
+V2_WORKFLOW_TYPE = keys.PLACEMENT_V2_WORKFLOW_TYPE
+# The types that run this module (the frozen v1 has no nodes_changed or slurm_available).
+LEAN_TYPES_CLAUSE = keys.workflow_types_clause((WORKFLOW_TYPE, V2_WORKFLOW_TYPE))
 DEFAULT_RECHECK = timedelta(minutes=10)
 RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
 ATTEMPT_TIMEOUT = timedelta(seconds=60)
+# A step tried as a local activity gets one attempt, shorter than the workflow task timeout
+# (10 s) so that the task never needs heartbeating; then it is an ordinary activity.
+LOCAL_ATTEMPT_TIMEOUT = timedelta(seconds=8)
+ONE_TRY = RetryPolicy(maximum_attempts=1)
 # How long one step may keep failing before the user is told (PlacementRequest.step_bound_seconds,
 # 5 minutes by default); then it is tried again after a pause.
 STUCK_PAUSE = timedelta(minutes=1)
@@ -75,13 +90,12 @@ SLURM_WAIT_FIRST = timedelta(minutes=5)
 SLURM_WAIT_MAX = timedelta(minutes=30)
 
 
-# Run outside the SDK's sandbox in production: a sandboxed run re-executes this module for
-# every placement, which cost ~50 KiB of memory per cached placement and CPU on every start
-# (docs/performance.md). The sandbox only guards against non-deterministic calls; the test
-# suite runs this workflow inside it (Bridge.sandbox_every_workflow), and replay against the
-# golden histories guards determinism as before.
-@workflow.defn(name=WORKFLOW_TYPE, sandboxed=False)
-class PlacementWorkflow(GroupMembers):
+class _PlacementFlow(GroupMembers):
+    """The flow of types `PlacementV3` and `Placement`; each subclass below is one type."""
+
+    # Whether `bind` is a local activity: fixed per type, so a history never changes its mind.
+    bind_locally: ClassVar[bool] = False
+
     @workflow.init
     def __init__(self, request: PlacementRequest) -> None:
         # State lives here, not in run(): signals delivered with the start are applied before run().
@@ -168,8 +182,7 @@ class PlacementWorkflow(GroupMembers):
 
     # -- the placement -------------------------------------------------------
 
-    @workflow.run
-    async def run(self, request: PlacementRequest) -> PlacementState:
+    async def _place(self, request: PlacementRequest) -> PlacementState:
         try:
             if request.carry is None and not await self._prepare():
                 return self.state
@@ -283,6 +296,7 @@ class PlacementWorkflow(GroupMembers):
                     PlacementActivities.bind,
                     BindInput(pods=self._pods(), job_id=job_id, force=self._waited_for_leaving_pods()),
                     summary=f"bind to the nodes of Slurm job {job_id}",
+                    local=self.bind_locally,
                 )
                 self._note_job(result.job)
                 if result.nodes:
@@ -657,12 +671,36 @@ class PlacementWorkflow(GroupMembers):
         *args: Any,
         summary: str,
         must_finish: bool = False,
+        local: bool = False,
     ) -> Any:
         """One activity, bounded: a step stuck past its bound is reported on the pods and tried again."""
         bound = timedelta(seconds=self.request.step_bound_seconds)
         pause = min(STUCK_PAUSE, bound)
         while True:
             self._slurm_back = False  # a recovery signalled from now on wakes the next wait, if any
+            if local:
+                local = False
+                # One try in this workflow task, on this worker (a worker killed meanwhile loses
+                # the task, which another takes over after the workflow task timeout). Any failure,
+                # final ones too, goes on as an ordinary activity, where retries, heartbeats, the
+                # stuck-step report, the Slurm gate and final errors are handled as for every step
+                # (the SDK raises a local activity's failure unwrapped; each step is idempotent).
+                try:
+                    result = await workflow.execute_local_activity_method(
+                        method,
+                        args=list(args),
+                        start_to_close_timeout=LOCAL_ATTEMPT_TIMEOUT,
+                        retry_policy=ONE_TRY,
+                        summary=summary,
+                    )
+                except (ActivityError, ApplicationError, TemporalTimeoutError) as error:
+                    workflow.logger.info(
+                        "step '%s' failed locally, trying it as an activity: %s", summary, error
+                    )
+                    continue
+                if self._slurm_away:
+                    self._slurm_is_back()
+                return result
             try:
                 result = await workflow.execute_activity_method(
                     method,
@@ -757,6 +795,34 @@ class PlacementWorkflow(GroupMembers):
                 schedule_to_close_timeout=timedelta(seconds=60),
                 summary="report a stuck step",
             )
+
+
+# Run outside the SDK's sandbox in production: a sandboxed run re-executes this module for
+# every placement, which cost ~50 KiB of memory per cached placement and CPU on every start
+# (docs/performance.md). The sandbox only guards against non-deterministic calls; the test
+# suite runs these workflows inside it (Bridge.sandbox_every_workflow), and replay against the
+# golden histories guards determinism as before.
+@workflow.defn(name=WORKFLOW_TYPE, sandboxed=False)
+class PlacementWorkflow(_PlacementFlow):
+    """Type `PlacementV3`, what the bridge starts: `bind` runs as a local activity."""
+
+    bind_locally = True
+
+    @workflow.run
+    async def run(self, request: PlacementRequest) -> PlacementState:
+        return await self._place(request)
+
+
+@workflow.defn(name=V2_WORKFLOW_TYPE, sandboxed=False)
+class PlacementWorkflowV2(_PlacementFlow):
+    """Type `Placement`, started before PlacementV3: `bind` is an ordinary activity. Nothing
+    starts it any more; it stays registered while such placements run (docs/architecture.md)."""
+
+    bind_locally = False
+
+    @workflow.run
+    async def run(self, request: PlacementRequest) -> PlacementState:
+        return await self._place(request)
 
 
 def _is_slurm_away(cause: BaseException | None) -> TypeGuard[ApplicationError]:

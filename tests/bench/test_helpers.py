@@ -1,5 +1,6 @@
 """The benchmark's own helpers: pure functions and parsers, no servers (fast)."""
 
+import json
 from collections import Counter
 
 from temporalio.api.enums.v1 import EventType
@@ -14,7 +15,14 @@ from bench.placement import (
     recheck_day,
     stats_delta,
 )
-from bench.probes import HistoryCost, RequestStats, recheck_times, split_history, step_durations
+from bench.probes import (
+    HistoryCost,
+    RequestStats,
+    history_cost,
+    recheck_times,
+    split_history,
+    step_durations,
+)
 from bench.slurm import _note_reason
 from bridge import keys
 from bridge.slurm_api.v0044 import V0044JobInfo
@@ -177,3 +185,42 @@ def test_parse_pending_defaults() -> None:
     assert (options.pods, options.nodes, options.cpus, options.reference, options.paced) == (1000, 1, 1, 0, 0)
     batch = parse(["--pods", "30", "--foreign-jobs", "5000"])
     assert (batch.pods, batch.reference, batch.paced, batch.foreign_jobs) == (30, 30, 30, 5000)
+
+
+def _local_activity_marker(event_id: int, activity_type: str, at: float) -> HistoryEvent:
+    made = _event(EventType.EVENT_TYPE_MARKER_RECORDED, at)
+    made.event_id = event_id
+    attributes = made.marker_recorded_event_attributes
+    attributes.marker_name = "core_local_activity"
+    recorded = json.dumps({"seq": 1, "attempt": 1, "activity_id": "1", "activity_type": activity_type})
+    attributes.details["data"].payloads.add(data=recorded.encode())
+    return made
+
+
+def test_a_local_bind_is_one_action_per_workflow_task_and_its_task_is_timed() -> None:
+    ev = EventType
+
+    def event(event_id: int, kind: "EventType.ValueType", at: float) -> HistoryEvent:
+        made = _event(kind, at)
+        made.event_id = event_id
+        return made
+
+    signalled = event(8, ev.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED, 10.400)
+    signalled.workflow_execution_signaled_event_attributes.signal_name = "job_changed"
+    history = [
+        event(1, ev.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED, 10.000),
+        signalled,
+        event(10, ev.EVENT_TYPE_WORKFLOW_TASK_STARTED, 10.420),
+        event(11, ev.EVENT_TYPE_WORKFLOW_TASK_COMPLETED, 10.530),
+        _local_activity_marker(12, "bind", 10.530),
+        _local_activity_marker(13, "tell_pods", 10.530),  # same task: the server counts one action
+        event(15, ev.EVENT_TYPE_WORKFLOW_TASK_STARTED, 11.000),
+        event(16, ev.EVENT_TYPE_WORKFLOW_TASK_COMPLETED, 11.010),
+        _local_activity_marker(17, "release", 11.010),
+    ]
+    cost = history_cost(history)
+    assert cost.actions["local activities"] == 2
+    assert cost.activities == Counter({"bind": 1, "tell_pods": 1, "release": 1})
+    steps = step_durations(history)
+    assert abs(steps["task_with_local_bind"] - 0.110) < 1e-6
+    assert "task_to_bind" not in steps

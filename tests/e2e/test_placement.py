@@ -19,13 +19,14 @@ from bench.probes import history_cost
 from bridge import keys
 from bridge.slurm_api import API_VERSIONS
 from tests.e2e.conftest import StackFactory
-from tests.e2e.harness import Pod, Stack, bound, finished_cleanly, job_id_of, slurm_bridge
+from tests.e2e.harness import Pod, Stack, bound, finished_cleanly, job_id_of, make_pod, slurm_bridge
+from webhook.policy import managed_node_toleration
 from worker.main import unsandboxed_runner
 from worker.operations import RetryRefused, retry_placement
 from workflows.placement import PlacementWorkflow
 
 pytestmark = pytest.mark.slurm
-GOLDEN_HISTORY = Path(__file__).parent.parent / "histories" / "placement-v2-bound-done.json"
+GOLDEN_HISTORY = Path(__file__).parent.parent / "histories" / "placement-v3-bound-done.json"
 
 
 def scheduled_condition(pod: Pod | None) -> dict[str, Any] | None:
@@ -351,3 +352,26 @@ async def test_slurm_node_names_map_to_kubernetes_nodes_through_the_label(make_s
 
     stack.kube.set_pod_phase(stack.namespace, "mapped", "Succeeded")
     await stack.wait_pod("mapped", finished_cleanly)
+
+
+async def test_a_pod_with_the_webhooks_toleration_is_annotated_by_its_binding(
+    make_stack: StackFactory,
+) -> None:
+    """The mutating webhook adds the managed-node toleration; then the node annotation travels in
+    the Binding (the API server copies it onto the pod with the node), with no patch before it."""
+    stack = await make_stack(nodes=1)
+    pod = make_pod(stack.namespace, "tolerant", scheduler=stack.settings.scheduler_name)
+    pod["spec"]["tolerations"] = [managed_node_toleration(stack.settings.scheduler_name)]
+    stack.kube.create_object("pods", pod)
+    placed = await stack.wait_pod("tolerant", bound)
+    node = bound(placed)
+    assert placed["metadata"]["annotations"][keys.ANNOTATION_SLURM_NODE] == node
+    assert placed["spec"]["tolerations"] == pod["spec"]["tolerations"]  # untouched
+    pod_path = f"/api/v1/namespaces/{stack.namespace}/pods/tolerant"
+    made = [(r.method, r.path) for r in stack.kube.requests if r.path.startswith(pod_path)]
+    [binding] = [r for r in stack.kube.requests if r.path == f"{pod_path}/binding"]
+    assert binding.body["metadata"]["annotations"] == {keys.ANNOTATION_SLURM_NODE: node}
+    # Claimed (finalizer + placement annotation) and labelled: the only pod patches before binding.
+    assert made[: made.index(("POST", f"{pod_path}/binding"))].count(("PATCH", pod_path)) == 2
+    stack.kube.set_pod_phase(stack.namespace, "tolerant", "Succeeded")
+    await stack.wait_pod("tolerant", finished_cleanly)

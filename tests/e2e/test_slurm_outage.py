@@ -40,7 +40,7 @@ from workflows.placement import PlacementWorkflow
 
 pytestmark = pytest.mark.slurm
 
-GOLDEN_HISTORY = Path(__file__).parent.parent / "histories" / "placement-v2-slurm-away.json"
+GOLDEN_HISTORY = Path(__file__).parent.parent / "histories" / "placement-v3-slurm-away.json"
 OUTAGE_SECONDS = float(os.environ.get("SLURM_OUTAGE_SECONDS", "12"))
 UNAVAILABLE = "SlurmUnavailable"
 

@@ -40,12 +40,14 @@ class StandIns:
         self,
         *,
         reject_prepare: bool = False,
+        reject_bind: bool = False,
         bind_failures_until_told: bool = False,
         slurm_away_for_prepare: int = 0,
         prepare_failures_until_told: bool = False,
     ) -> None:
         self.prepare_failures_until_told = prepare_failures_until_told
         self.reject_prepare = reject_prepare
+        self.reject_bind = reject_bind
         self.slurm_away_for_prepare = slurm_away_for_prepare
         self.prepared: list[PrepareInput] = []
         self.slurm_reports: list[tuple[str, bool]] = []
@@ -76,6 +78,12 @@ class StandIns:
     @activity.defn(name="bind")
     async def bind(self, given: BindInput) -> BindResult:
         self.bind_attempts += 1
+        if self.reject_bind:
+            raise ApplicationError(
+                "Kubernetes API 403 Forbidden: pods/binding is forbidden",
+                type=KUBE_REJECTED,
+                non_retryable=True,
+            )
         if self.bind_failures_until_told and not any(reason == "PlacementStuck" for reason, _ in self.told):
             raise RuntimeError("API server overloaded")  # retryable: not classified as final
         return BindResult(job=RUNNING, slurm_nodes=["node-a"], nodes=["node-a"])
@@ -114,10 +122,13 @@ def request() -> PlacementRequest:
     )
 
 
+@pytest.mark.parametrize("step", ["prepare_and_submit", "bind"])
 async def test_a_final_kubernetes_error_fails_the_placement_at_once_and_releases(
-    temporal_client: Client,
+    temporal_client: Client, step: str
 ) -> None:
-    stand_ins = StandIns(reject_prepare=True)
+    # bind runs as a local activity first: its final error must fail the placement the same way
+    # (the SDK raises a local activity's failure unwrapped; the step goes on as an activity).
+    stand_ins = StandIns(reject_prepare=step == "prepare_and_submit", reject_bind=step == "bind")
     task_queue = f"failures-{uuid.uuid4().hex[:8]}"
     async with Worker(
         temporal_client,
@@ -139,6 +150,7 @@ async def test_a_final_kubernetes_error_fails_the_placement_at_once_and_releases
     [release] = stand_ins.released
     assert (release.reason, release.condition) == (KUBE_REJECTED, True)
     assert "403 Forbidden" in release.message
+    assert stand_ins.bind_attempts == (2 if step == "bind" else 0)  # the local try, then the activity
 
 
 async def bound_then_done(

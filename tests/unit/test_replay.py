@@ -1,10 +1,11 @@
 """Workflow upgrades must not break placements in flight.
 
-The golden history is a real placement (bound, then done) recorded by
-tests/e2e/test_placement.py with SLURM_BRIDGE_RECORD_HISTORY=1. Replaying it
-with today's PlacementWorkflow fails with a NondeterminismError when a change
-alters the commands an existing history expects: gate such changes with
-`workflow.patched()` (docs/operations.md).
+Each golden history is a real placement recorded by tests/e2e/test_placement.py or
+test_slurm_outage.py with SLURM_BRIDGE_RECORD_HISTORY=1, one set per workflow type
+(`placement-v1-*`: PlacementWorkflow, `placement-v2-*`: Placement, `placement-v3-*`:
+PlacementV3). Replaying them with today's code fails with a NondeterminismError when a
+change alters the commands an existing history expects: gate such changes with
+`workflow.patched()`, or make the new flow a new type (docs/architecture.md).
 """
 
 from pathlib import Path
@@ -17,7 +18,7 @@ from temporalio.worker import Replayer, UnsandboxedWorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from worker.main import unsandboxed_runner
-from workflows.placement import PlacementWorkflow
+from workflows.placement import PlacementWorkflow, PlacementWorkflowV2
 from workflows.placement_v1 import PlacementWorkflowV1
 
 HISTORIES = Path(__file__).parent.parent / "histories"
@@ -28,7 +29,7 @@ async def test_recorded_placements_replay_with_the_current_workflow(sandbox_ever
     files = sorted(HISTORIES.glob("*.json"))
     assert files, "no golden histories"
     replayer = Replayer(
-        workflows=[PlacementWorkflow, PlacementWorkflowV1],
+        workflows=[PlacementWorkflow, PlacementWorkflowV2, PlacementWorkflowV1],
         data_converter=pydantic_data_converter,
         unsandboxed_workflow_runner=unsandboxed_runner(sandbox_every_workflow=sandbox_every_workflow),
     )
@@ -40,7 +41,7 @@ async def test_recorded_placements_replay_with_the_current_workflow(sandbox_ever
 
 def test_the_placement_runs_unsandboxed_in_production_and_sandboxed_in_tests() -> None:
     """The sandbox cost memory and CPU per placement; the tests keep its guard (worker/main.py)."""
-    definition = workflow._Definition.must_from_class(PlacementWorkflow)
-    assert definition.sandboxed is False
+    for placement in (PlacementWorkflow, PlacementWorkflowV2):
+        assert workflow._Definition.must_from_class(placement).sandboxed is False
     assert isinstance(unsandboxed_runner(sandbox_every_workflow=False), UnsandboxedWorkflowRunner)
     assert isinstance(unsandboxed_runner(sandbox_every_workflow=True), SandboxedWorkflowRunner)
