@@ -8,6 +8,10 @@ jobs with the highest readable controller's annotations). A pod naming a
 PodGroup of either kind that does not exist raises `PodGroupNotFound`: like
 kube-scheduler, the bridge keeps it waiting for its group, never placing it alone.
 
+Built-in PodGroups are read at whichever version of `scheduling.k8s.io` the
+cluster serves them (`BUILTIN_SCHEDULING_APIS`: Kubernetes 1.37's v1beta1 and
+v1alpha3, 1.36's v1alpha2), and their fields by the version they were read at.
+
 Reads go through a `Reader`, so the worker (Kubernetes API), and `explain`
 (objects from a file) resolve groups with exactly the same code.
 """
@@ -15,7 +19,7 @@ Reads go through a `Reader`, so the worker (Kubernetes API), and `explain`
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from bridge.quantity import QuantityError, mebibytes, parse_quantity, whole_cpus
 from bridge.translate import GroupShape
@@ -49,8 +53,62 @@ JOB = Kind("batch/v1", "Job", "jobs")
 JOBSET = Kind("jobset.x-k8s.io/v1alpha2", "JobSet", "jobsets")
 LWS = Kind("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "leaderworkersets")
 COSCHEDULING_PODGROUP = Kind("scheduling.x-k8s.io/v1alpha1", "PodGroup", "podgroups")
-BUILTIN_PODGROUP = Kind("scheduling.k8s.io/v1alpha2", "PodGroup", "podgroups")
-WORKLOAD = Kind("scheduling.k8s.io/v1alpha2", "Workload", "workloads")
+SCHEDULING_GROUP = "scheduling.k8s.io"
+
+
+@dataclass(frozen=True)
+class BuiltinSchedulingApi:
+    """One version of built-in workload-aware scheduling (`scheduling.k8s.io`) the bridge reads.
+
+    The versions differ where the bridge looks: the field of the PodGroup that names
+    the Workload it was made from, and the condition that reports its scheduling.
+    The rest is common: `spec.schedulingPolicy.gang.minCount`, and pods join through
+    `spec.schedulingGroup.podGroupName`.
+    """
+
+    version: str
+    workload_name_field: tuple[str, ...]  # path under the PodGroup's spec
+    scheduled_condition: str
+    # 1.37's condition says the group was *initially* scheduled: once True it stays True.
+    scheduled_is_final: bool
+
+    @property
+    def pod_group(self) -> Kind:
+        return Kind(f"{SCHEDULING_GROUP}/{self.version}", "PodGroup", "podgroups")
+
+    @property
+    def workload(self) -> Kind:
+        return Kind(f"{SCHEDULING_GROUP}/{self.version}", "Workload", "workloads")
+
+
+# Kubernetes 1.37 (beta, and alpha of the same schema): `spec.workloadRef.{workloadName,templateName}`.
+SCHEDULING_V1BETA1 = BuiltinSchedulingApi(
+    "v1beta1", ("workloadRef", "workloadName"), "PodGroupInitiallyScheduled", scheduled_is_final=True
+)
+SCHEDULING_V1ALPHA3 = BuiltinSchedulingApi(
+    "v1alpha3", ("workloadRef", "workloadName"), "PodGroupInitiallyScheduled", scheduled_is_final=True
+)
+# Kubernetes 1.36: `spec.podGroupTemplateRef.workload.{workloadName,podGroupTemplateName}`.
+SCHEDULING_V1ALPHA2 = BuiltinSchedulingApi(
+    "v1alpha2",
+    ("podGroupTemplateRef", "workload", "workloadName"),
+    "PodGroupScheduled",
+    scheduled_is_final=False,
+)
+# Newest first: the order of preference when a cluster serves several.
+BUILTIN_SCHEDULING_APIS = (SCHEDULING_V1BETA1, SCHEDULING_V1ALPHA3, SCHEDULING_V1ALPHA2)
+
+
+def builtin_scheduling_api(api_version: object) -> BuiltinSchedulingApi | None:
+    """The version of built-in scheduling an object's `apiVersion` names, if the bridge reads it."""
+    return next((api for api in BUILTIN_SCHEDULING_APIS if api.pod_group.api_version == api_version), None)
+
+
+def builtin_versions_read() -> str:
+    """For messages: every version the bridge reads built-in PodGroups at."""
+    return ", ".join(api.pod_group.api_version for api in BUILTIN_SCHEDULING_APIS)
+
+
 SUPPORTED = {(k.group, k.kind): k for k in (JOB, JOBSET, LWS)}
 # Controllers the bridge may read for annotations; others end the owner walk.
 READABLE = {
@@ -66,13 +124,23 @@ class GroupError(ValueError):
 
 
 class PodGroupNotFound(GroupError):
-    """The pod names a PodGroup that does not exist (yet): it waits for it, as kube-scheduler's pods do."""
+    """The pod names a PodGroup that does not exist (yet): it waits for it, as kube-scheduler's pods do.
 
-    def __init__(self, kind: "Kind", namespace: str, name: str, named_by: str) -> None:
-        super().__init__(
-            f"PodGroup {namespace}/{name} ({kind.api_version}) named by {named_by} does not exist; "
-            "the pod waits for it and is placed with its group once it is created"
-        )
+    `kind` is where to watch for it: for a built-in PodGroup, the version the cluster serves.
+    """
+
+    def __init__(
+        self, kind: "Kind", namespace: str, name: str, named_by: str, *, served: bool = True
+    ) -> None:
+        if served:
+            why = f"PodGroup {namespace}/{name} ({kind.api_version}) named by {named_by} does not exist"
+        else:
+            why = (
+                f"PodGroup {namespace}/{name} named by {named_by} cannot exist yet: the cluster serves "
+                f"PodGroups at none of {builtin_versions_read()} (Kubernetes 1.36 or 1.37 with the "
+                "GenericWorkload feature gate and that API enabled)"
+            )
+        super().__init__(f"{why}; the pod waits for it and is placed with its group once it is created")
         self.kind = kind
         self.namespace = namespace
         self.name = name
@@ -84,6 +152,15 @@ class Reader(Protocol):
         ...
 
     async def list_pods(self, namespace: str, label_selector: str) -> list[Json]: ...
+
+
+@runtime_checkable
+class DiscoveringReader(Reader, Protocol):
+    """A Reader of an API server, which serves built-in PodGroups at one version (or none)."""
+
+    async def served_scheduling_api(self) -> BuiltinSchedulingApi | None:
+        """The newest version of `scheduling.k8s.io` the bridge reads that serves PodGroups, or None."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -102,6 +179,15 @@ class Group:
 
 def _meta(obj: Json) -> Json:
     return obj.get("metadata") or {}
+
+
+def _field(obj: object, *path: str) -> object:
+    """The value at `path`, or None where the path ends early or passes through a non-object."""
+    for key in path:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(key)
+    return obj
 
 
 def _controller(obj: Json) -> Json | None:
@@ -246,23 +332,58 @@ def _leader_worker_set(lws: Json, pod: Json, namespace: str) -> Group:
     )
 
 
+async def _read_builtin_pod_group(reader: Reader, namespace: str, name: str) -> Json:
+    """The PodGroup at the version the cluster serves; a reader of objects (explain) finds any version."""
+    named_by = "spec.schedulingGroup"
+    newest = BUILTIN_SCHEDULING_APIS[0]
+    candidates: Sequence[BuiltinSchedulingApi] = BUILTIN_SCHEDULING_APIS
+    if isinstance(reader, DiscoveringReader):
+        served = await reader.served_scheduling_api()
+        if served is None:
+            # Waits all the same: never placed alone, and an API enabled later can serve it.
+            raise PodGroupNotFound(newest.pod_group, namespace, name, named_by, served=False)
+        candidates = (served,)
+    for api in candidates:
+        pod_group = await reader.get(api.pod_group, namespace, name)
+        if pod_group is not None:
+            return pod_group
+    raise PodGroupNotFound(candidates[0].pod_group, namespace, name, named_by)
+
+
+def _gang_min_count(pod_group: Json, where: str) -> int:
+    """How many pods the group waits for: the gang's minCount; 1 for the basic (pod by pod) policy."""
+    policy = _field(pod_group, "spec", "schedulingPolicy")
+    if not isinstance(policy, dict) or (policy.get("gang") is None and policy.get("basic") is None):
+        raise GroupError(f"{where}: spec.schedulingPolicy sets neither gang nor basic")
+    if policy.get("gang") is None:
+        return 1
+    min_count = _field(policy, "gang", "minCount")
+    if isinstance(min_count, bool) or not isinstance(min_count, int) or min_count < 1:
+        raise GroupError(
+            f"{where}: spec.schedulingPolicy.gang.minCount must be a whole number of at least 1, "
+            f"not {min_count!r}"
+        )
+    return min_count
+
+
 async def _builtin_pod_group(reader: Reader, pod: Json, namespace: str, name: str) -> Group:
-    pod_group = await reader.get(BUILTIN_PODGROUP, namespace, name)
-    if pod_group is None:
-        raise PodGroupNotFound(BUILTIN_PODGROUP, namespace, name, "spec.schedulingGroup")
+    pod_group = await _read_builtin_pod_group(reader, namespace, name)
+    api_version = pod_group.get("apiVersion")
+    where = f"PodGroup {namespace}/{name} ({api_version})"
+    # Its fields are named as the version it was read at names them.
+    api = builtin_scheduling_api(api_version)
+    if api is None:
+        raise GroupError(f"{where}: the bridge reads PodGroups at {builtin_versions_read()} only")
+    min_count = _gang_min_count(pod_group, where)
     # Annotations merge PodGroup → controller (e.g. the Job) → Workload; the later wins.
     annotations: dict[str, str] = dict(_meta(pod_group).get("annotations") or {})
     chain = await _owner_chain(reader, pod)
     if chain and chain[-1][0] is not None:
         annotations.update(_meta(chain[-1][1]).get("annotations") or {})
-    workload_name = (
-        ((pod_group.get("spec") or {}).get("podGroupTemplateRef") or {}).get("workload") or {}
-    ).get("workloadName")
-    if workload_name:
-        workload = await reader.get(WORKLOAD, namespace, str(workload_name))
+    workload_name = _field(pod_group.get("spec"), *api.workload_name_field)
+    if isinstance(workload_name, str) and workload_name:
+        workload = await reader.get(api.workload, namespace, workload_name)
         annotations.update(_meta(workload or {}).get("annotations") or {})
-    gang = ((pod_group.get("spec") or {}).get("schedulingPolicy") or {}).get("gang") or {}
-    min_count = int(gang.get("minCount") or 1)
     return Group(
         key=f"{namespace}/podgroup/{name}/{_meta(pod_group).get('uid')}",
         kind="PodGroup",

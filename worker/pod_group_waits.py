@@ -6,6 +6,10 @@ kube-scheduler, it waits for the group. A watch of a PodGroup kind runs only
 while some pod waits for a group of that kind, so a cluster that never meets
 the case (or has no such CRD) pays nothing for it.
 
+A kind is one API version: a built-in PodGroup is waited for at the version of
+`scheduling.k8s.io` the cluster serves (`PodGroupNotFound.kind`, which
+`bridge.grouping` found through discovery), so that is the version watched.
+
 No creation is missed: a wait is registered before the PodGroup is looked up
 once more (`recheck`), and a watch started later lists what exists first.
 """
@@ -98,7 +102,7 @@ class PodGroupWaits:
                 self._appeared(kind, obj)
 
         # Runs until cancelled (no pod waits for this kind any more).
-        await Informer(self.kube, path, on_event=on_event, name=f"{kind.kind} ({kind.group})").run()
+        await Informer(self.kube, path, on_event=on_event, name=f"{kind.kind} ({kind.api_version})").run()
 
     def _appeared(self, kind: Kind, pod_group: Json) -> None:
         meta = pod_group.get("metadata") or {}
@@ -108,5 +112,5 @@ class PodGroupWaits:
         if not groups:
             self._stop(kind)
         if pods:
-            log.info("PodGroup %s/%s (%s) appeared: %d pods start", *key, kind.group, len(pods))
+            log.info("PodGroup %s/%s (%s) appeared: %d pods start", *key, kind.api_version, len(pods))
             self.on_appeared(list(pods.values()))

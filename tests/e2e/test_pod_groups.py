@@ -1,10 +1,12 @@
-"""PodGroups end to end: coscheduling (scheduler-plugins) and built-in (`scheduling.k8s.io/v1alpha2`).
+"""PodGroups end to end: coscheduling (scheduler-plugins) and built-in (`scheduling.k8s.io`).
 
 - A pod naming a PodGroup that does not exist yet is not placed alone: it waits with
   `PodScheduled=False` (reason `PodGroupNotFound`) and an Event, and is placed with its
   group once the PodGroup is created.
-- A built-in PodGroup's pods become one Slurm job, and the PodGroup's `PodGroupScheduled`
-  condition says whether the group is scheduled, as kube-scheduler's does.
+- A built-in PodGroup's pods become one Slurm job, and the PodGroup's scheduled condition
+  says whether the group is scheduled, as kube-scheduler's does: `PodGroupScheduled` on
+  Kubernetes 1.36 (`v1alpha2`, the fake's default), `PodGroupInitiallyScheduled` on 1.37
+  (`v1beta1`/`v1alpha3`, the fake switched with `serve_scheduling_versions`).
 """
 
 import asyncio
@@ -59,9 +61,11 @@ def create_builtin_pod_group(stack: Stack, name: str, min_count: int) -> Pod:
     )
 
 
-async def pod_group_condition(stack: Stack, name: str, status: str) -> dict[str, Any]:
+async def pod_group_condition(
+    stack: Stack, name: str, status: str, kind: str = "PodGroupScheduled"
+) -> dict[str, Any]:
     def check() -> dict[str, Any] | None:
-        found = condition(stack.kube.get_object(BUILTIN, name, stack.namespace), "PodGroupScheduled")
+        found = condition(stack.kube.get_object(BUILTIN, name, stack.namespace), kind)
         return found if found and found["status"] == status else None
 
     found = await stack.kube.wait_for_async(check, 30)
@@ -136,6 +140,67 @@ async def test_a_builtin_pod_group_is_placed_and_its_status_says_so(make_stack: 
     writes = [r for r in stack.kube.requests if r.method == "PATCH" and "/podgroups/train" in r.path]
     assert writes
     assert all(r.path.endswith("/status") for r in writes)
+
+    for name in names:
+        stack.kube.set_pod_phase(stack.namespace, name, "Succeeded")
+    for name in names:
+        await stack.wait_pod(name, finished_cleanly)
+
+
+async def test_a_kubernetes_1_37_pod_group_is_placed_and_its_status_says_so(make_stack: StackFactory) -> None:
+    stack = await make_stack(nodes=2, bridge=False)
+    # Kubernetes 1.37 with both its versions enabled; 1.36's v1alpha2 is not served any more.
+    stack.kube.serve_scheduling_versions("v1beta1", "v1alpha3")
+    bridge = await stack.start_bridge()
+    names = ["gang-0", "gang-1"]
+    for name in names:
+        builtin_member(stack, name, "gang")
+    for name in names:
+        pod = await stack.wait_pod(name, waits_for_its_group)
+        assert "(scheduling.k8s.io/v1beta1) named by spec.schedulingGroup" in str(pod["status"])
+    assert bridge.pod_watcher.pod_group_waits.watching == {grouping.SCHEDULING_V1BETA1.pod_group}
+
+    template = {"name": "workers", "schedulingPolicy": {"gang": {"minCount": 2}}}
+    stack.kube.create_object(
+        "workloads.scheduling.k8s.io",
+        {
+            "apiVersion": "scheduling.k8s.io/v1beta1",
+            "kind": "Workload",
+            "metadata": {
+                "name": "training",
+                "namespace": stack.namespace,
+                "annotations": {keys.SLURMJOB_PREFIX + "timelimit": "25"},
+            },
+            "spec": {"podGroupTemplates": [template]},
+        },
+    )
+    stack.kube.create_object(
+        BUILTIN,
+        {
+            "apiVersion": "scheduling.k8s.io/v1beta1",
+            "kind": "PodGroup",
+            "metadata": {"name": "gang", "namespace": stack.namespace},
+            "spec": {
+                "workloadRef": {"workloadName": "training", "templateName": "workers"},
+                "schedulingPolicy": {"gang": {"minCount": 2}},
+            },
+        },
+    )
+    placed = [await stack.wait_pod(name, bound) for name in names]
+    job_ids = {job_id_of(p) for p in placed}
+    assert len(job_ids) == 1
+    job = (await stack.slurm.get_job(job_ids.pop() or 0)).model_dump(mode="json")
+    assert (job["name"], job["node_count"]["number"]) == ("gang", 2)
+    assert job["time_limit"]["number"] == 25  # the Workload's annotation, found through spec.workloadRef
+    scheduled = await pod_group_condition(stack, "gang", "True", "PodGroupInitiallyScheduled")
+    assert scheduled["reason"] == "Scheduled"
+    assert f"Slurm job {job['job_id']} allocated" in scheduled["message"]
+    pod_group = stack.kube.get_object(BUILTIN, "gang", stack.namespace) or {}
+    assert [c["type"] for c in pod_group["status"]["conditions"]] == ["PodGroupInitiallyScheduled"]
+    # Read, watched and written at 1.37's newest version only.
+    paths = [r.path for r in stack.kube.requests if "/apis/scheduling.k8s.io/" in r.path]
+    assert {p.split("/")[3] for p in paths} == {"v1beta1"}
+    assert f"/apis/scheduling.k8s.io/v1beta1/namespaces/{stack.namespace}/podgroups/gang/status" in paths
 
     for name in names:
         stack.kube.set_pod_phase(stack.namespace, name, "Succeeded")

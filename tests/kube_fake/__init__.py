@@ -37,7 +37,10 @@ Deliberately not supported (each answers clearly or is ignored as noted):
   controllers run (no node lifecycle taints, no scheduler); the disruption
   controller has no two-minute ``disruptedPods`` recheck and scales only
   ReplicaSets, Deployments and StatefulSets;
-* one version per group: scheduling.k8s.io is v1alpha2 only (no conversion).
+* one version per resource, except scheduling.k8s.io's Workload and PodGroup:
+  Kubernetes 1.36's v1alpha2 by default, or 1.37's v1beta1 and/or v1alpha3
+  (``serve_scheduling_versions``), which share one schema, so converting between
+  them is the apiVersion alone; no conversion between releases.
 """
 
 from .clock import FakeClock

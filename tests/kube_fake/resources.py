@@ -9,9 +9,11 @@ generic.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from .util import JSON
 
 # Field selectors every resource accepts (apiserver's DefaultClusterScopedAttr
 # / DefaultNamespaceScopedAttr).
@@ -61,10 +63,25 @@ class ResourceType:
     custom: bool = False
     extra_fields: tuple[str, ...] = ()
     short_names: tuple[str, ...] = field(default=())
+    # The version objects are kept (and compared) in when a resource is served at
+    # several versions; "" means this version. The fake serves several versions of a
+    # resource only when their schemas are equal, so converting is the apiVersion alone.
+    storage_version: str = ""
 
     @property
     def api_version(self) -> str:
         return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def storage_api_version(self) -> str:
+        version = self.storage_version or self.version
+        return f"{self.group}/{version}" if self.group else version
+
+    def served(self, obj: JSON) -> JSON:
+        """A stored object (a copy the caller owns) as this version serves it."""
+        if obj.get("apiVersion") in (None, self.api_version):
+            return obj
+        return {**obj, "apiVersion": self.api_version}
 
     @property
     def group_version(self) -> str:
@@ -90,6 +107,42 @@ class ResourceType:
     @property
     def field_labels(self) -> tuple[str, ...]:
         return BASE_FIELDS + self.extra_fields
+
+
+# scheduling.k8s.io's Workload and PodGroup by the Kubernetes release that serves them
+# (behind the GenericWorkload feature gates and the API's runtime-config). 1.37 drops
+# v1alpha2 for v1alpha3 and v1beta1, whose schemas are equal; both serve the same
+# stored objects, the first listed being the storage version.
+SCHEDULING_VERSIONS: dict[str, tuple[str, ...]] = {"1.36": ("v1alpha2",), "1.37": ("v1beta1", "v1alpha3")}
+SCHEDULING_PLURALS = ("workloads", "podgroups")
+
+
+def scheduling_resources(versions: Sequence[str]) -> tuple[ResourceType, ...]:
+    """Workload (no status) and PodGroup at `versions`, which must all be of one release."""
+    if not versions or not any(set(versions) <= set(served) for served in SCHEDULING_VERSIONS.values()):
+        raise ValueError(
+            f"kube_fake: no Kubernetes release serves scheduling.k8s.io at {list(versions)}; "
+            f"known: {SCHEDULING_VERSIONS}"
+        )
+    storage = versions[0]
+    return tuple(
+        rt
+        for version in versions
+        for rt in (
+            ResourceType(
+                "scheduling.k8s.io",
+                version,
+                "workloads",
+                "Workload",
+                True,
+                status_subresource=False,
+                storage_version=storage,
+            ),
+            ResourceType(
+                "scheduling.k8s.io", version, "podgroups", "PodGroup", True, storage_version=storage
+            ),
+        )
+    )
 
 
 def _core(plural: str, kind: str, namespaced: bool = True, **kw: Any) -> ResourceType:
@@ -120,10 +173,14 @@ DEFAULT_RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", True, custom=True),
     ResourceType("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", "LeaderWorkerSet", True, custom=True),
     ResourceType("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup", True, custom=True),
-    # Built-in gang scheduling as Kubernetes 1.36 serves it (GenericWorkload
-    # gate); 1.37 replaces v1alpha2 with v1alpha3/v1beta1.  Workload has no status.
-    ResourceType("scheduling.k8s.io", "v1alpha2", "workloads", "Workload", True, status_subresource=False),
-    ResourceType("scheduling.k8s.io", "v1alpha2", "podgroups", "PodGroup", True),
+    # Always served, and the group's preferred version: the preferred version of
+    # scheduling.k8s.io is not where its PodGroups are.
+    ResourceType(
+        "scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False, status_subresource=False
+    ),
+    # Built-in gang scheduling as Kubernetes 1.36 serves it (GenericWorkload gate);
+    # FakeKubeServer.serve_scheduling_versions switches to 1.37's versions.
+    *scheduling_resources(SCHEDULING_VERSIONS["1.36"]),
     # Dynamic resource allocation (GA in 1.34).
     ResourceType("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", False, status_subresource=False),
     ResourceType(
@@ -159,6 +216,12 @@ class Registry:
     def register(self, rt: ResourceType) -> None:
         with self._lock:
             self._by_path[(rt.group, rt.version, rt.plural)] = rt
+
+    def unregister(self, group: str, plural: str) -> None:
+        """Stop serving the resource at every version."""
+        with self._lock:
+            for key in [k for k in self._by_path if (k[0], k[2]) == (group, plural)]:
+                del self._by_path[key]
 
     def get(self, group: str, version: str, plural: str) -> ResourceType | None:
         with self._lock:

@@ -23,7 +23,7 @@ from .disruption import DisruptionController
 from .faults import Faults, Hold, RecordedRequest
 from .handler import KubeHTTPServer
 from .kubelet import FakeKubelet
-from .resources import DEFAULT_RESOURCES, Registry, ResourceType
+from .resources import DEFAULT_RESOURCES, SCHEDULING_PLURALS, Registry, ResourceType, scheduling_resources
 from .store import Store
 from .subresources import EvictionGate
 from .taint_eviction import TaintEvictionController
@@ -134,6 +134,21 @@ class FakeKubeServer:
 
     def register_resource(self, rt: ResourceType) -> None:
         self.registry.register(rt)
+
+    def serve_scheduling_versions(self, *versions: str) -> None:
+        """Serve scheduling.k8s.io's Workload and PodGroup at ``versions`` instead (one
+        release's: ``"v1alpha2"`` of 1.36 by default, or any of 1.37's ``"v1beta1"``,
+        ``"v1alpha3"``; the first is the storage version). Only before any such object
+        exists: the fake does not convert between the releases' schemas."""
+        resources = scheduling_resources(versions)
+        with self.store.cond:
+            for plural in SCHEDULING_PLURALS:
+                if self.store.snapshot(self.registry.resolve(f"{plural}.scheduling.k8s.io"), None):
+                    raise RuntimeError(f"kube_fake: {plural}.scheduling.k8s.io exist; switch versions first")
+            for plural in SCHEDULING_PLURALS:
+                self.registry.unregister("scheduling.k8s.io", plural)
+            for rt in resources:
+                self.registry.register(rt)
 
     # -------------------------------------------------------------- clients
     def kubeconfig(self, path: str | Path, *, token: str | None = None, namespace: str = "default") -> Path:

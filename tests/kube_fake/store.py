@@ -112,7 +112,7 @@ class Store:
     def peek(self, rt: ResourceType, namespace: str | None, name: str) -> JSON | None:
         with self.cond:
             obj = self._bucket(rt).get((self._ns(rt, namespace), name))
-            return clone(obj) if obj is not None else None
+            return rt.served(clone(obj)) if obj is not None else None
 
     def get(self, rt: ResourceType, namespace: str | None, name: str) -> JSON:
         obj = self.peek(rt, namespace, name)
@@ -140,7 +140,7 @@ class Store:
                 for (ns, _), obj in sorted(self._bucket(rt).items())
                 if (namespace is None or ns == namespace) and (flt is None or flt.matches(obj))
             ]
-            return clone(items)
+            return [rt.served(obj) for obj in clone(items)]
 
     def list_objects(self, rt: ResourceType, namespace: str | None, flt: Filter) -> JSON:
         with self.cond:
@@ -172,7 +172,7 @@ class Store:
         while len(self._log) > self._history_size:
             self._compacted_rv = self._log.popleft().rv
         self.cond.notify_all()
-        return clone(new)
+        return rt.served(clone(new))
 
     def create(
         self, rt: ResourceType, namespace: str | None, body: Any, *, keep_status: bool = False
@@ -200,7 +200,7 @@ class Store:
             validation.validate_name(rt, name)
             if (ns, name) in self._bucket(rt):
                 raise errors.already_exists(rt, name)
-            obj: JSON = {"kind": rt.kind, "apiVersion": rt.api_version}
+            obj: JSON = {"kind": rt.kind, "apiVersion": rt.storage_api_version}
             obj.update({k: clone(v) for k, v in body.items() if k not in ("kind", "apiVersion")})
             m = {k: v for k, v in meta(obj).items() if k not in (*SYSTEM_META, "selfLink", "managedFields")}
             m.update(name=name, uid=str(uuid.uuid4()), creationTimestamp=now_rfc3339(), generation=1)
@@ -251,7 +251,7 @@ class Store:
                 )
             new = self._prepare_update(rt, name, old, body, mode)
             if new == old:
-                return clone(old)  # no-op write: no new resourceVersion, no event
+                return rt.served(clone(old))  # no-op write: no new resourceVersion, no event
             m = meta(new)
             if m.get("deletionTimestamp") and not m.get("finalizers") and not _awaits_kubelet(rt, new):
                 return self._commit(rt, ns, name, new, old, "DELETED")
@@ -266,7 +266,7 @@ class Store:
                 new.pop("status", None)
             validation.validate_status_update(rt, name, new)
             return new
-        new = {"kind": rt.kind, "apiVersion": rt.api_version}
+        new = {"kind": rt.kind, "apiVersion": rt.storage_api_version}
         new.update({k: clone(v) for k, v in body.items() if k not in ("kind", "apiVersion")})
         if mode == "main" and rt.status_subresource:
             if "status" in old:
@@ -347,7 +347,7 @@ class Store:
             terminating = bool(om.get("deletionTimestamp"))
             if terminating:
                 if not (bound_pod and grace == 0):
-                    return clone(old)
+                    return rt.served(clone(old))
                 if om.get("finalizers"):  # forced: gone as soon as the finalizers are
                     new = clone(old)
                     meta(new)["deletionGracePeriodSeconds"] = 0

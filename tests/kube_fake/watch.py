@@ -77,15 +77,15 @@ class WatchStream:
         now_ok = ev.type != "DELETED" and self.flt.matches(ev.obj)
         was_ok = ev.prev is not None and self.flt.matches(ev.prev)
         if now_ok:
-            return encode("MODIFIED" if was_ok else "ADDED", ev.obj)
+            return encode("MODIFIED" if was_ok else "ADDED", self.rt.served(ev.obj))
         if not was_ok:
             return None
         if ev.type == "DELETED":
-            return encode("DELETED", ev.obj)
+            return encode("DELETED", self.rt.served(ev.obj))
         assert ev.prev is not None
         gone: Any = clone(ev.prev)
         meta(gone)["resourceVersion"] = str(ev.rv)
-        return encode("DELETED", gone)
+        return encode("DELETED", self.rt.served(gone))
 
     def run(self) -> bool:
         """Stream until timeout/expiry (True: end the response cleanly) or until

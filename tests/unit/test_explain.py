@@ -172,6 +172,66 @@ async def test_builtin_pod_group_merges_pod_group_job_and_workload_annotations()
     assert explained.min_pods == 2
 
 
+@pytest.mark.parametrize("version", ["v1beta1", "v1alpha3"])
+async def test_builtin_pod_group_of_kubernetes_1_37_names_its_workload_by_workload_ref(version: str) -> None:
+    workload = obj(f"scheduling.k8s.io/{version}", "Workload", "wl", {P + "qos": "from-workload"})
+    # 1.36's spec.podGroupTemplateRef.workload is 1.37's spec.workloadRef (its template: templateName).
+    group = obj(
+        f"scheduling.k8s.io/{version}",
+        "PodGroup",
+        "pg",
+        {P + "qos": "from-pg"},
+        workloadRef={"workloadName": "wl", "templateName": "workers"},
+        schedulingPolicy={"gang": {"minCount": 3}},
+    )
+    members = [pod(f"p{i}", schedulingGroup={"podGroupName": "pg"}) for i in range(3)]
+    [explained] = await jobs(workload, group, *members)
+    assert (explained.kind, explained.min_pods, explained.job_desc_msg["qos"]) == (
+        "PodGroup",
+        3,
+        "from-workload",
+    )
+
+
+@pytest.mark.parametrize(
+    ("api_version", "spec", "message"),
+    [
+        (
+            "scheduling.k8s.io/v1beta1",
+            {},
+            r"\(scheduling.k8s.io/v1beta1\): spec.schedulingPolicy sets neither",
+        ),
+        (
+            "scheduling.k8s.io/v1beta1",
+            {"schedulingPolicy": {"gang": {}}},
+            r"minCount must be a whole number .*None",
+        ),
+        ("scheduling.k8s.io/v1alpha3", {"schedulingPolicy": {"gang": {"minCount": "2"}}}, r"not '2'"),
+        ("scheduling.k8s.io/v1alpha2", {"schedulingPolicy": {"gang": {"minCount": 0}}}, r"at least 1, not 0"),
+        ("scheduling.k8s.io/v1alpha1", {"schedulingPolicy": {"basic": {}}}, r"reads PodGroups at .*v1beta1"),
+    ],
+)
+async def test_a_builtin_pod_group_with_bad_fields_gets_a_clear_message(
+    api_version: str, spec: dict[str, Any], message: str
+) -> None:
+    group = obj(api_version, "PodGroup", "pg", **spec)
+    with pytest.raises(ExplainError, match=r"Pod default/p0: PodGroup default/pg .*" + message):
+        await jobs(group, pod("p0", schedulingGroup={"podGroupName": "pg"}))
+
+
+async def test_a_builtin_pod_group_with_a_malformed_workload_ref_is_read_without_it() -> None:
+    group = obj(
+        "scheduling.k8s.io/v1beta1",
+        "PodGroup",
+        "pg",
+        {P + "qos": "from-pg"},
+        workloadRef="wl",  # not an object: no Workload to read, nothing to crash on
+        schedulingPolicy={"basic": {}},
+    )
+    [explained] = await jobs(group, pod("p0", schedulingGroup={"podGroupName": "pg"}))
+    assert (explained.min_pods, explained.job_desc_msg["qos"]) == (1, "from-pg")
+
+
 async def test_a_missing_direct_owner_is_an_error_naming_the_pod() -> None:
     ghost = obj("batch/v1", "Job", "ghost")
     with pytest.raises(
