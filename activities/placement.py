@@ -120,9 +120,7 @@ class PlacementActivities:
         feasibility = group_feasibility(pods, nodes)
         if nodes and feasibility.summary is not None:
             if feasibility.summary != given.reported:
-                await self.kube.set_unschedulable(request.pods, "Unschedulable", feasibility.summary)
-                await self.kube.record_event(request.pods, "FailedScheduling", feasibility.summary, True)
-                await set_scheduled(self.kube.kube, pods[0], False, feasibility.summary, stamp=now())
+                await self._tell_no_node_fits(request.pods, pods[0], feasibility.summary)
             return Prepared(submitted=False, pods=request.pods, unschedulable=feasibility.summary)
         job = await self.kube.build_job(request, pods, excluded_nodes=excluded_slurm_nodes(feasibility))
         recovery = given.recovery or activity.info().attempt > 1
@@ -447,17 +445,20 @@ class PlacementActivities:
     @waits_for_slurm
     @classified
     async def update_pending_job(self, request: PlacementRequest, job_id: int) -> dict[str, str]:
-        """The user changed the job's annotations while Slurm still waits: update the job.
+        """The annotations or the nodes changed while Slurm still waits: update the job.
 
         Returns the annotations the job now reflects; a refusal is told on the pods
-        and keeps the job as it was (the placement goes on).
+        and keeps the job as it was (the placement goes on). When no node passes the
+        pods' rules any more, the job stays pending with every node excluded and the
+        pods are told why, as when none fitted at submission.
         """
         pods = [pod for ref in request.pods if (pod := await self.kube.read_pod(ref)) is not None]
         annotations = {pod["metadata"]["uid"]: job_annotations(pod) for pod in pods}
         if len(pods) < len(request.pods):
             return annotations  # a pod is gone: the workflow ends the placement anyway
         try:
-            feasibility = group_feasibility(pods, await self._bridge_nodes())
+            nodes = await self._bridge_nodes()
+            feasibility = group_feasibility(pods, nodes)
             job = await self.kube.build_job(request, pods, excluded_nodes=excluded_slurm_nodes(feasibility))
             await self.slurm.update_job(job_id, job)
         except ApplicationError as error:
@@ -470,10 +471,26 @@ class PlacementActivities:
                 True,
             )
             return annotations
-        await self.kube.record_event(
-            request.pods, "SlurmJobUpdated", f"Slurm job {job_id} updated from the changed annotations", False
-        )
+        message = f"Slurm job {job_id} updated: the pods' annotations or usable nodes changed"
+        await self.kube.record_event(request.pods, "SlurmJobUpdated", message, False)
+        if nodes and feasibility.summary is not None:
+            await self._tell_no_node_fits(request.pods, pods[0], feasibility.summary)
+        elif any(_scheduled_reason(pod) == "Unschedulable" for pod in pods):
+            await self._tell_a_node_fits_again(request.pods, pods[0], job_id)
         return annotations
+
+    async def _tell_no_node_fits(self, refs: list[PodRef], pod: Json, summary: str) -> None:
+        """kube-scheduler's word when no node passes the pods' rules: PodScheduled=False and an Event."""
+        await self.kube.set_unschedulable(refs, "Unschedulable", summary)
+        await self.kube.record_event(refs, "FailedScheduling", summary, True)
+        await set_scheduled(self.kube.kube, pod, False, summary, stamp=now())
+
+    async def _tell_a_node_fits_again(self, refs: list[PodRef], pod: Json, job_id: int) -> None:
+        """Replace the no-node-fits condition: left, it would outlive its truth for as long as
+        Slurm's pending reason stays the one already reported (nothing else rewrites it)."""
+        message = f"Slurm job {job_id} is pending: a node passes the pods' node rules again"
+        await self.kube.set_unschedulable(refs, "SlurmJobPending", message)
+        await set_scheduled(self.kube.kube, pod, False, message, stamp=now())
 
     @activity.defn(name="check_job")
     @waits_for_slurm
@@ -520,6 +537,11 @@ class PlacementActivities:
 
 def _key(pod: Json) -> str:
     return f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+
+
+def _scheduled_reason(pod: Json) -> str | None:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return next((c.get("reason") for c in conditions if c.get("type") == keys.CONDITION_POD_SCHEDULED), None)
 
 
 def _running(states: list[str] | None) -> bool:

@@ -34,11 +34,16 @@ is the reason given for a node:
    integers and fail when either is not one; matchFields supports In and NotIn
    with exactly one value, on `metadata.name`).
 
-Not honoured: preferred node affinity, inter-pod affinity and anti-affinity,
-topology spread constraints (the admission webhook refuses those), resources,
-host ports and volumes. Slurm decides among the nodes left, by its own rules.
+Not honoured: preferred node affinity and PreferNoSchedule taints (preferences
+only), inter-pod affinity and anti-affinity (silently ignored), resources, host
+ports and volumes. Topology spread constraints never reach this: the admission
+webhook and the translation refuse them (`bridge.resources.placement_problems`).
+Slurm decides among the nodes left, by its own rules.
 Label keys and values are not re-validated: the API server did that when the
 pod was created.
+
+Hand-written because no maintained Python implementation of these rules was
+found; Kubernetes' own is Go (k8s.io/component-helpers, kube-scheduler's plugins).
 
 A group's pods each take one node of the same job, so a node is feasible for
 the group only when it is feasible for every pod of it.

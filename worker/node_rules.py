@@ -44,10 +44,12 @@ class ExclusionRefresher:
         self.temporal = temporal
         self.scheduler_name = scheduler_name
         self.installation = installation
+        self.refreshes = 0  # passes run: one per burst of node changes
         self.told = 0  # placements told that their job's exclusions changed
 
     async def refresh(self) -> int:
         """Tell the pending placements whose usable nodes changed; returns how many."""
+        self.refreshes += 1
         nodes = await list_bridge_nodes(self.kube)
         if not nodes:
             return 0

@@ -8,15 +8,17 @@ by a Kubernetes rule and checks that Slurm was told (`excluded_nodes`) and obeye
 import asyncio
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from bridge import keys
+from bridge import hostlist, keys
 from bridge.slurm_api import JobDescMsg
 from tests.e2e.conftest import StackFactory
 from tests.e2e.harness import Pod, Stack, bound, finished_cleanly, job_id_of, make_pod
+from worker.main import Bridge
 
 pytestmark = pytest.mark.slurm
 
@@ -40,6 +42,13 @@ async def submitted_job(stack: Stack, pod: Pod) -> dict[str, Any]:
 
 def excluded(job: dict[str, Any]) -> str:
     return str(job.get("excluded_nodes") or "")
+
+
+async def change_node(stack: Stack, bridge: Bridge, name: str, change: Callable[[Pod], None]) -> None:
+    """Change a node and wait until the bridge's node watcher has seen the change."""
+    version = int(stack.kube.update_object("nodes", name, change)["metadata"]["resourceVersion"])
+    watched = bridge.node_watcher.informer
+    await stack.kube.wait_for_async(lambda: int(watched.resource_version or 0) >= version)
 
 
 async def finish(stack: Stack, name: str) -> None:
@@ -204,29 +213,55 @@ async def test_an_excluded_node_unknown_to_slurm_is_dropped_not_fatal(make_stack
 
 
 async def test_a_pending_jobs_exclusions_follow_node_changes(make_stack: StackFactory) -> None:
-    """A taint added while a job waits in Slurm updates its excluded_nodes (and only that job's)."""
-    stack = await make_stack(nodes=2)
+    """A burst of node changes while jobs wait in Slurm is one refresh, which updates the
+    excluded_nodes of the job whose usable nodes changed, and only that job's."""
+    stack = await make_stack(nodes=2, bridge=False)
+    updated: list[int] = []
+    update = stack.slurm.update_job
+
+    async def recording(job_id: int, job: JobDescMsg) -> None:
+        updated.append(job_id)
+        await update(job_id, job)
+
+    stack.slurm.update_job = recording  # type: ignore[method-assign]
+    bridge = await stack.start_bridge()
+    refresher = bridge.node_watcher.refresher
+    assert refresher is not None
     first, second = stack.partition.node_names
     for name in ("h1", "h2"):
         stack.create_pod(name)
         await stack.wait_pod(name, bound)
-    stack.create_pod("waiting")
-    pod = await stack.wait_pod(
-        "waiting", lambda p: (scheduled_condition(p) or {}).get("reason") == "Resources"
-    )
-    assert excluded(await submitted_job(stack, pod)) == ""
+    pending = {}
+    maintenance = [{"key": "maintenance", "operator": "Exists", "effect": "NoSchedule"}]
+    for name, spec in (("waiting", {}), ("tolerant", {"tolerations": maintenance})):
+        pod_with(stack, name, **spec)
+        pending[name] = await stack.wait_pod(name, lambda p: job_id_of(p) is not None)
+        job = await submitted_job(stack, pending[name])
+        assert ("PENDING" in job["job_state"], excluded(job)) == (True, "")
+    refreshes, told = refresher.refreshes, refresher.told
 
+    # A burst, each change seen by the node watcher before the next (well within its debounce):
+    # the taint matters to "waiting" only, the labels to neither job.
     taint = {"key": "maintenance", "effect": "NoSchedule"}
-    stack.kube.update_object("nodes", second, lambda n: n["spec"].update(taints=[taint]))
+    await change_node(stack, bridge, second, lambda n: n["spec"].update(taints=[taint]))
+    await change_node(stack, bridge, second, lambda n: n["metadata"]["labels"].update(rack="a"))
+    await change_node(stack, bridge, first, lambda n: n["metadata"]["labels"].update(rack="b"))
     await stack.kube.wait_for_async(
         lambda: any(e["reason"] == "SlurmJobUpdated" for e in stack.events("waiting")), timeout=30
     )
-    assert excluded(await submitted_job(stack, pod)) == second
+    await stack.kube.wait_for_async(lambda: refresher.told != told)  # counted when the pass ends
+    assert excluded(await submitted_job(stack, pending["waiting"])) == second
+    assert (refresher.refreshes - refreshes, refresher.told - told) == (1, 1)
 
     holder = "h1" if bound(stack.pod("h1")) == first else "h2"
     stack.kube.set_pod_phase(stack.namespace, holder, "Succeeded")
     assert bound(await stack.wait_pod("waiting", bound)) == first
-    for name in ("h1", "h2", "waiting"):
+    # Still one refresh (nothing changed the nodes since), and the tolerant job never touched.
+    assert refresher.refreshes - refreshes == 1
+    assert updated == [job_id_of(pending["waiting"])]
+    assert not [e for e in stack.events("tolerant") if e["reason"] == "SlurmJobUpdated"]
+    assert excluded(await submitted_job(stack, pending["tolerant"])) == ""
+    for name in ("h1", "h2", "waiting", "tolerant"):
         stack.kube.set_pod_phase(stack.namespace, name, "Succeeded")
         await stack.wait_pod(name, finished_cleanly)
 
@@ -254,6 +289,53 @@ async def test_a_pending_jobs_last_exclusion_is_lifted_when_the_node_fits_again(
         lambda: any(e["reason"] == "SlurmJobUpdated" for e in stack.events("waiting")), timeout=30
     )
     assert excluded(await submitted_job(stack, pod)) == ""
+    for name in ("h1", "h2", "waiting"):
+        stack.kube.set_pod_phase(stack.namespace, name, "Succeeded")
+        await stack.wait_pod(name, finished_cleanly)
+
+
+async def test_a_pending_job_that_no_node_fits_any_more_says_why_and_stays_off_every_node(
+    make_stack: StackFactory,
+) -> None:
+    """Every node stops fitting while the job waits: the pods are told as when none fitted at
+    submission (PodScheduled=False, FailedScheduling), and Slurm keeps the job pending with every
+    node excluded, so it cannot start where the kubelet would refuse its pods, until one fits again."""
+    stack = await make_stack(nodes=2)
+    first, second = stack.partition.node_names
+    for name in ("h1", "h2"):  # both nodes full: the next job waits
+        stack.create_pod(name, cpu="4")
+        await stack.wait_pod(name, bound)
+    stack.create_pod("waiting")
+    pod = await stack.wait_pod(
+        "waiting", lambda p: (scheduled_condition(p) or {}).get("reason") == "Resources"
+    )
+
+    taint = {"key": "maintenance", "effect": "NoSchedule"}
+    for node in (first, second):
+        stack.kube.update_object("nodes", node, lambda n: n["spec"].update(taints=[taint]))
+    pod = await stack.wait_pod(
+        "waiting", lambda p: (scheduled_condition(p) or {}).get("reason") == "Unschedulable", timeout=30
+    )
+    summary = "0/2 nodes are available: 2 node(s) had untolerated taint {maintenance: }."
+    assert (scheduled_condition(pod) or {})["message"] == summary
+    told = await stack.kube.wait_for_async(
+        lambda: [e for e in stack.events("waiting") if e["reason"] == "FailedScheduling"]
+    )
+    assert [(e["type"], e["message"]) for e in told] == [("Warning", summary)]
+    job = await submitted_job(stack, pod)
+    assert "PENDING" in job["job_state"]
+    assert sorted(hostlist.expand(excluded(job))) == sorted([first, second])
+
+    # One node fits again: its exclusion is lifted, the stale reason goes, and the job starts
+    # there once it is free.
+    stack.kube.update_object("nodes", first, lambda n: n["spec"].update(taints=[]))
+    pod = await stack.wait_pod(
+        "waiting", lambda p: (scheduled_condition(p) or {}).get("reason") == "SlurmJobPending", timeout=30
+    )
+    assert excluded(await submitted_job(stack, pod)) == second
+    holder = "h1" if bound(stack.pod("h1")) == first else "h2"
+    stack.kube.set_pod_phase(stack.namespace, holder, "Succeeded")
+    assert bound(await stack.wait_pod("waiting", bound)) == first
     for name in ("h1", "h2", "waiting"):
         stack.kube.set_pod_phase(stack.namespace, name, "Succeeded")
         await stack.wait_pod(name, finished_cleanly)
