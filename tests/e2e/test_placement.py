@@ -254,7 +254,13 @@ async def test_time_limit_removes_the_pod(make_stack: StackFactory, limit_minute
     events = [e for e in stack.events("short") if e["reason"] == "SlurmTimeLimit"]
     assert events, [(e["reason"], e["message"]) for e in stack.events("short")]
     assert "TIMEOUT" in events[0]["message"]
-    assert (await stack.handle(created).result()).phase == "Done"
+    # Terminating (no kubelet confirms here): the bridge's reason is kept in a condition of its own.
+    conditions = {c["type"]: c for c in (stack.pod("short") or {}).get("status", {}).get("conditions", [])}
+    assert conditions[keys.CONDITION_SLURM_JOB_ENDED]["status"] == "True"
+    assert conditions[keys.CONDITION_SLURM_JOB_ENDED]["reason"] == "SlurmTimeLimit"
+    assert "reached its Slurm time limit (TIMEOUT" in conditions[keys.CONDITION_SLURM_JOB_ENDED]["message"]
+    result = await stack.handle(created).result()
+    assert (result.phase, result.end_reason) == ("Done", "SlurmTimeLimit")
 
 
 async def test_two_worker_replicas_place_each_pod_once(make_stack: StackFactory) -> None:
