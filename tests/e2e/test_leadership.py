@@ -4,8 +4,9 @@ Two bridges (as two worker processes would: own Temporal connection, own
 Kubernetes and Slurm clients) serve the same task queue; only the holder of the
 coordination.k8s.io/v1 Lease runs the pod, job and node watchers. When it stops,
 the other takes over within the lease duration and re-lists: a pod created
-during the handover is placed, once. Readiness (/readyz) follows the Lease and
-Kubernetes. (tests/e2e/test_leader_kills.py does it with real processes.)
+during the handover is placed, once, and so is a pod whose Slurm job starts while
+no replica leads. Readiness (/readyz) follows the Lease and Kubernetes.
+(tests/e2e/test_leader_kills.py does it with real processes.)
 """
 
 import asyncio
@@ -100,6 +101,97 @@ async def test_one_leader_watches_and_another_takes_over(make_stack: StackFactor
     assert sorted(j["job_id"] for j in jobs) == sorted([job_id_of(before) or 0, job_id_of(during) or 0])
     bindings = [r for r in stack.kube.requests if r.method == "POST" and r.path.endswith("/binding")]
     assert sorted(r.path.split("/")[-2] for r in bindings) == ["before", "during"]
+
+
+async def slurm_state(stack: Stack, job_id: int, wanted: str, timeout: float = 30) -> None:
+    """Poll Slurm until the job is in `wanted` (Slurm sends no events)."""
+    async for attempt in AsyncRetrying(wait=wait_fixed(0.1), stop=stop_after_delay(timeout), reraise=True):
+        with attempt:
+            states = (await stack.slurm.get_job(job_id)).model_dump(mode="json")["job_state"]
+            assert wanted in states, states
+
+
+async def test_a_job_that_starts_while_no_replica_leads_is_bound_by_the_next_leader(
+    make_stack: StackFactory,
+) -> None:
+    stack = await make_stack(
+        nodes=1,
+        bridge=False,
+        leader_election=True,
+        lease_namespace="default",
+        # The placement's cached workflow waits this long for the dead replica's sticky queue.
+        temporal_sticky_timeout=1,
+        **TIMINGS,
+    )
+    # Another job (not the bridge's: no placement comment) holds the partition's one node.
+    answer = stack.slurm_bed.rest(
+        "POST",
+        "/job/submit",
+        {
+            "job": {
+                "name": "blocker",
+                "flags": ["EXTERNAL_JOB"],
+                "nodes": "1",
+                "partition": stack.partition.name,
+                "current_working_directory": "/tmp",
+            }
+        },
+    )
+    assert answer.status_code == 200, answer.text
+    blocker = int(answer.json()["job_id"])
+    freed = False
+    try:
+        await slurm_state(stack, blocker, "RUNNING")
+        async with replica(stack) as first, replica(stack) as second:
+            leader = await leader_among(first, second)
+            standby = second if leader is first else first
+            stack.create_pod("late")
+            job_id = job_id_of(await stack.wait_pod("late", job_id_of))
+            assert job_id is not None
+            await slurm_state(stack, job_id, "PENDING")
+            # The pod is told it waits: the placement's submit step is over, it waits for the
+            # watchers' word (a step cut short by the crash would be retried, and see the job run).
+            await stack.kube.wait_for_async(
+                lambda: any(e["reason"] == "SlurmJobPending" for e in stack.events("late")), 30
+            )
+
+            # The leader crashes: its watchers stop, its Lease is not released. While the API
+            # server refuses Lease requests no replica can lead, however long Slurm takes.
+            elector = leader.bridge.elector
+            assert elector is not None
+            elector.release_on_cancel = False
+            stack.kube.fail_next("*", LEASES, 500, count=1_000_000)
+            leader.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await leader.task
+            # The node is freed; Slurm starts the job while no replica leads, and nobody binds.
+            await asyncio.to_thread(stack.slurm_bed.cancel_job, blocker)
+            freed = True
+            await slurm_state(stack, job_id, "RUNNING")
+            assert not standby.leading
+            assert bound(stack.pod("late")) is None
+            assert standby.bridge.job_watcher.signals == 0
+
+            # The dead leader's Lease runs out; the new leader's watchers re-list, find the job
+            # running and bind the pod.
+            stack.kube.clear_faults()
+            assert await leader_among(standby) is standby
+            late = await stack.wait_pod("late", bound)
+            assert bound(late) == stack.partition.node_names[0]
+            assert job_id_of(late) == job_id
+            assert standby.bridge.job_watcher.signals > 0  # it told the placement the job runs
+
+            stack.kube.set_pod_phase(stack.namespace, "late", "Succeeded")
+            await stack.wait_pod("late", finished_cleanly)
+    finally:
+        if not freed:
+            await asyncio.to_thread(stack.slurm_bed.cancel_job, blocker)
+    ours = [j for j in await stack.partition_jobs() if j["admin_comment"]]
+    assert [(j["job_id"], j["admin_comment"]) for j in ours] == [
+        (job_id, f'{{"pods":["{stack.namespace}/late"]}}')
+    ]
+    bindings = [r for r in stack.kube.requests if r.method == "POST" and r.path.endswith("/binding")]
+    assert [r.path.split("/")[-2] for r in bindings] == ["late"]
 
 
 LEASES = r"^/apis/coordination\.k8s\.io/v1/namespaces/default/leases"

@@ -16,14 +16,23 @@ from typing import Any
 
 import pytest
 import trustme
+from kubernetes.aio.client import Configuration as KubeConfiguration
 from temporalio import workflow
 from temporalio.client import Client
 from temporalio.service import TLSConfig
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
+from activities.kube_client import KubeClient
+from activities.slurm_client import SlurmClient
 from tests.temporal.tls_proxy import MutualTLSProxy
-from worker.main import CredentialReloader, TemporalCredentials, connect_temporal, ensure_search_attributes
+from worker.main import (
+    Bridge,
+    CredentialReloader,
+    TemporalCredentials,
+    connect_temporal,
+    ensure_search_attributes,
+)
 from worker.settings import ConfigurationError, TemporalSettings, WorkerSettings, load
 
 SERVER_NAME = "temporal.test"  # not the address dialled (127.0.0.1): TEMPORAL_TLS_SERVER_NAME must be used
@@ -295,3 +304,32 @@ async def test_the_tuning_settings_are_accepted_by_a_worker(
         )
         await handle.signal(WaitForGo.proceed)
         assert await asyncio.wait_for(handle.result(), 30) == "went"
+
+
+async def test_the_bridge_gives_its_worker_the_tuning_settings(
+    temporal_client: Client, token_file: Path, task_queue: str
+) -> None:
+    """worker/main.py's Bridge builds the worker a `slurm-bridge worker` process runs: its config."""
+    settings = load(
+        WorkerSettings,
+        slurm_jwt_file=token_file,
+        temporal_task_queue=task_queue,
+        temporal_max_concurrent_activities=7,
+        temporal_max_concurrent_workflow_tasks=5,
+        temporal_max_cached_workflows=3,
+        temporal_sticky_timeout=4.5,
+    )
+    # Clients that are never called: building the Bridge connects nothing.
+    kube = KubeClient(KubeConfiguration())
+    slurm = SlurmClient(settings.slurm_rest_url, user_name=None, token_file=token_file)
+    try:
+        config = Bridge(temporal_client, kube, slurm, settings).worker.config()
+    finally:
+        await kube.close()
+        await slurm.close()
+    assert config.get("task_queue") == task_queue
+    assert config.get("max_concurrent_activities") == 7
+    assert config.get("max_concurrent_workflow_tasks") == 5
+    assert config.get("max_cached_workflows") == 3
+    assert config.get("sticky_queue_schedule_to_start_timeout") == timedelta(seconds=4.5)
+    assert config.get("tuner") is None  # a tuner would take the place of the two maxima
