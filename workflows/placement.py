@@ -199,6 +199,7 @@ class _PlacementFlow(GroupMembers):
             await self._give_back(
                 "PlacementCancelled", "placement cancelled by an operator", cancel_job=True, warning=True
             )
+            self._note_job_cancelled("placement cancelled")
             self._set_phase("Failed", "placement cancelled by an operator")
             raise
         await self._next_generation()
@@ -598,7 +599,20 @@ class _PlacementFlow(GroupMembers):
         self._set_phase("Failed", message)
         workflow.upsert_search_attributes([sa.PLACEMENT_PHASE.value_set("Failed")])
         await self._give_back(reason, message, cancel_job=True, warning=True, condition=True)
+        self._note_job_cancelled("placement failed")
         raise ApplicationError(message, type=reason, non_retryable=True)
+
+    def _note_job_cancelled(self, why: str) -> None:
+        """The last release cancelled the job: `status` shows that, not the last state read before.
+
+        Query state only, after the last step: it changes no command (a failed or cancelled run
+        returns no result and never continues as new), so earlier histories replay as before.
+        A job that had ended by itself keeps the state it ended in.
+        """
+        job_id = self.state.job_id
+        job = self.jobs.get(job_id) if job_id is not None else None
+        if job_id is not None and (job is None or is_live(job)):
+            self.state.job_state = f"CANCELLED ({why})"
 
     async def _give_back(
         self,

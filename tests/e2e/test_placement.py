@@ -14,9 +14,11 @@ import pytest
 from temporalio.client import WorkflowFailureError
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
+from tenacity import AsyncRetrying, stop_after_delay, wait_fixed
 
 from bench.probes import history_cost
 from bridge import keys
+from bridge import search_attributes as sa
 from bridge.slurm_api import API_VERSIONS
 from tests.e2e.conftest import StackFactory
 from tests.e2e.harness import Pod, Stack, bound, finished_cleanly, job_id_of, make_pod, slurm_bridge
@@ -350,11 +352,23 @@ async def test_slurm_node_names_map_to_kubernetes_nodes_through_the_label(make_s
     # The Kubernetes node has another name and says which Slurm node it is.
     stack.kube.delete_object("nodes", slurm_name)
     stack.kube.create_node("kube-worker-7", labels={keys.LABEL_SLURM_NODE_NAME: slurm_name})
-    stack.create_pod("mapped")
+    created = stack.create_pod("mapped")
 
     pod = await stack.wait_pod("mapped", bound)
     assert bound(pod) == "kube-worker-7"
     assert pod["metadata"]["annotations"][keys.ANNOTATION_SLURM_NODE] == "kube-worker-7"
+    # What an operator searches for is Slurm's name; the state keeps both. The binding happens
+    # before the workflow task that upserts ends: ask Temporal until it has (bounded, no event).
+    async for attempt in AsyncRetrying(wait=wait_fixed(0.1), stop=stop_after_delay(10), reraise=True):
+        with attempt:
+            attributes = (await stack.handle(created).describe()).typed_search_attributes
+            assert attributes.get(sa.PLACEMENT_PHASE) == "Bound"
+    assert attributes.get(sa.SLURM_NODES) == [slurm_name]
+    assert attributes.get(sa.SLURM_JOB_ID) == job_id_of(pod)
+    status = await slurm_bridge(stack, "status", f"{stack.namespace}/mapped", "--json")
+    assert (status["nodes"], status["kube_nodes"]) == ([slurm_name], ["kube-worker-7"])
+    listed = await slurm_bridge(stack, "list", "--namespace", stack.namespace, "--json")
+    assert [p["nodes"] for p in listed] == [[slurm_name]]
 
     stack.kube.set_pod_phase(stack.namespace, "mapped", "Succeeded")
     await stack.wait_pod("mapped", finished_cleanly)
@@ -381,3 +395,31 @@ async def test_a_pod_with_the_webhooks_toleration_is_annotated_by_its_binding(
     assert made[: made.index(("POST", f"{pod_path}/binding"))].count(("PATCH", pod_path)) == 2
     stack.kube.set_pod_phase(stack.namespace, "tolerant", "Succeeded")
     await stack.wait_pod("tolerant", finished_cleanly)
+
+
+async def test_status_of_a_placement_cancelled_while_pending_shows_its_job_cancelled(
+    make_stack: StackFactory,
+) -> None:
+    stack = await make_stack(nodes=1)
+    stack.create_pod("holder")
+    await stack.wait_pod("holder", bound)
+    created = stack.create_pod("waiting")
+    pod = await stack.wait_pod(
+        "waiting", lambda p: (scheduled_condition(p) or {}).get("reason") == "Resources"
+    )
+    job_id = job_id_of(pod)
+    assert job_id is not None
+    before = await slurm_bridge(stack, "status", f"{stack.namespace}/waiting", "--json")
+    assert before["job_state"].startswith("PENDING")
+
+    await stack.handle(created).cancel()  # what `temporal workflow cancel` does
+    with pytest.raises(WorkflowFailureError):
+        await stack.handle(created).result()
+    await stack.wait_pod("waiting", finished_cleanly)
+    assert "CANCELLED" in await job_states(stack, job_id)
+    after = await slurm_bridge(stack, "status", f"{stack.namespace}/waiting", "--json")
+    assert (after["workflow_status"], after["phase"]) == ("CANCELED", "Failed")
+    assert after["job_state"] == "CANCELLED (placement cancelled)"  # not the PENDING read before
+
+    stack.kube.set_pod_phase(stack.namespace, "holder", "Succeeded")
+    await stack.wait_pod("holder", finished_cleanly)
