@@ -6,6 +6,8 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_fixed
+
 
 async def probe(port: int, path: str) -> tuple[int, dict[str, Any]]:
     def fetch() -> tuple[int, dict[str, Any]]:
@@ -16,3 +18,18 @@ async def probe(port: int, path: str) -> tuple[int, dict[str, Any]]:
             return error.code, json.loads(error.read())
 
     return await asyncio.to_thread(fetch)
+
+
+async def ready_body(process: asyncio.subprocess.Process, port: int) -> dict[str, Any]:
+    """/readyz's body once it answers 200 (polled: nothing else tells when a worker process is up)."""
+    async for attempt in AsyncRetrying(
+        wait=wait_fixed(0.3),
+        stop=stop_after_delay(60),
+        retry=retry_if_exception_type((OSError, AssertionError)),
+        reraise=True,
+    ):
+        with attempt:
+            assert process.returncode is None, "the worker exited"
+            status, body = await probe(port, "/readyz")
+            assert status == 200, body
+    return body

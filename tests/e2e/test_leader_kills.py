@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_fixed
+from tenacity import AsyncRetrying, stop_after_delay, wait_fixed
 
 from tests.e2e.conftest import StackFactory
 from tests.e2e.harness import (
@@ -35,7 +35,7 @@ from tests.e2e.harness import (
     unique,
     worker_env,
 )
-from tests.health_probe import probe
+from tests.health_probe import probe, ready_body
 
 pytestmark = pytest.mark.slurm
 
@@ -57,18 +57,8 @@ class WorkerProcess:
         return await probe(self.health_port, "/readyz")
 
     async def wait_ready(self) -> None:
-        """Until /readyz says 200 (polled: nothing else tells when a process is up)."""
-        async for attempt in AsyncRetrying(
-            wait=wait_fixed(0.3),
-            stop=stop_after_delay(60),
-            retry=retry_if_exception_type((OSError, AssertionError)),
-            reraise=True,
-        ):
-            with attempt:
-                assert self.process.returncode is None, "the worker exited"
-                status, body = await self.readyz()
-                assert status == 200, body
-                self.identity = body["identity"]
+        """Until /readyz says 200."""
+        self.identity = (await ready_body(self.process, self.health_port))["identity"]
 
     async def sees_leader(self, identity: str) -> None:
         """Ready, not watching, and naming `identity` as leader once it has read the Lease again (polled)."""

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 from temporalio.api.enums.v1 import EventType
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_fixed
+from tenacity import AsyncRetrying, stop_after_delay, wait_fixed
 
 from bridge import keys
 from tests.e2e.conftest import StackFactory
@@ -40,7 +40,7 @@ from tests.e2e.harness import (
     unique,
     worker_env,
 )
-from tests.health_probe import probe
+from tests.health_probe import probe, ready_body
 
 pytestmark = pytest.mark.slurm
 
@@ -161,17 +161,8 @@ class Replica:
         return f"{self.process.pid}@{socket.gethostname()}"
 
     async def readyz(self) -> dict[str, Any]:
-        """/readyz once it says 200 (polled: nothing else tells when a process is up)."""
-        async for attempt in AsyncRetrying(
-            wait=wait_fixed(0.3),
-            stop=stop_after_delay(60),
-            retry=retry_if_exception_type((OSError, AssertionError)),
-            reraise=True,
-        ):
-            with attempt:
-                assert self.process.returncode is None, "the worker exited"
-                status, body = await probe(self.health_port, "/readyz")
-                assert status == 200, body
+        """/readyz once it says 200."""
+        body = await ready_body(self.process, self.health_port)
         self.identity = body["identity"]
         return body
 
