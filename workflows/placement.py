@@ -196,10 +196,11 @@ class _PlacementFlow(GroupMembers):
             raise
         except asyncio.CancelledError:
             # An operator cancelled the placement: release Slurm and the pods, then stop.
+            live = self._job_live()
             await self._give_back(
                 "PlacementCancelled", "placement cancelled by an operator", cancel_job=True, warning=True
             )
-            self._note_job_cancelled("placement cancelled")
+            self._note_job_end("placement cancelled", cancelled_here=live)
             self._set_phase("Failed", "placement cancelled by an operator")
             raise
         await self._next_generation()
@@ -598,21 +599,32 @@ class _PlacementFlow(GroupMembers):
         self.state.failure = message
         self._set_phase("Failed", message)
         workflow.upsert_search_attributes([sa.PLACEMENT_PHASE.value_set("Failed")])
+        live = self._job_live()
         await self._give_back(reason, message, cancel_job=True, warning=True, condition=True)
-        self._note_job_cancelled("placement failed")
+        self._note_job_end("placement failed", cancelled_here=live)
         raise ApplicationError(message, type=reason, non_retryable=True)
 
-    def _note_job_cancelled(self, why: str) -> None:
-        """The last release cancelled the job: `status` shows that, not the last state read before.
+    def _job_live(self) -> bool:
+        """Whether the placement holds a job that, as far as it knows, has not ended."""
+        job_id = self.state.job_id
+        job = self.jobs.get(job_id) if job_id is not None else None
+        return job_id is not None and (job is None or is_live(job))
 
-        Query state only, after the last step: it changes no command (a failed or cancelled run
-        returns no result and never continues as new), so earlier histories replay as before.
-        A job that had ended by itself keeps the state it ended in.
+    def _note_job_end(self, why: str, *, cancelled_here: bool) -> None:
+        """After the last release: `status` shows how the job ended, not the last state read before.
+
+        `cancelled_here`: the job was live when the release began, so the release cancelled it
+        (the job watcher's signal of that may arrive first, and must not make it look ended by
+        itself). A job that had ended before shows the state it ended in. Query state only, after
+        the last step: no command changes (a failed or cancelled run returns no result and never
+        continues as new), so earlier histories replay as before.
         """
         job_id = self.state.job_id
         job = self.jobs.get(job_id) if job_id is not None else None
-        if job_id is not None and (job is None or is_live(job)):
+        if cancelled_here:
             self.state.job_state = f"CANCELLED ({why})"
+        elif job is not None:
+            self.state.job_state = job.summary
 
     async def _give_back(
         self,

@@ -397,6 +397,19 @@ async def test_a_pod_with_the_webhooks_toleration_is_annotated_by_its_binding(
     await stack.wait_pod("tolerant", finished_cleanly)
 
 
+async def told_cancelled(handle: Any) -> bool:
+    """Whether the job watcher has signalled the placement that its job is CANCELLED."""
+    signals = [
+        event.workflow_execution_signaled_event_attributes
+        for event in (await handle.fetch_history()).events
+        if event.HasField("workflow_execution_signaled_event_attributes")
+    ]
+    return any(
+        signal.signal_name == "job_changed" and any(b"CANCELLED" in p.data for p in signal.input.payloads)
+        for signal in signals
+    )
+
+
 async def test_status_of_a_placement_cancelled_while_pending_shows_its_job_cancelled(
     make_stack: StackFactory,
 ) -> None:
@@ -412,11 +425,21 @@ async def test_status_of_a_placement_cancelled_while_pending_shows_its_job_cance
     before = await slurm_bridge(stack, "status", f"{stack.namespace}/waiting", "--json")
     assert before["job_state"].startswith("PENDING")
 
+    # The release's last write (dropping the finalizer) is held until the job watcher has told
+    # the placement that its job is CANCELLED: that news must not make the job look as if it had
+    # ended by itself (the order CI once met by chance).
+    pod_path = f"/api/v1/namespaces/{stack.namespace}/pods/waiting$"
+    last_write = stack.kube.hold_next("PATCH", pod_path, body='"finalizers"', applied=False)
     await stack.handle(created).cancel()  # what `temporal workflow cancel` does
+    await stack.kube.wait_for_async(lambda: last_write.arrived, timeout=30)
+    assert "CANCELLED" in await job_states(stack, job_id)
+    async for attempt in AsyncRetrying(wait=wait_fixed(0.2), stop=stop_after_delay(15), reraise=True):
+        with attempt:  # polled: the watcher's signal is seen only in the history
+            assert await told_cancelled(stack.handle(created))
+    last_write.release()
     with pytest.raises(WorkflowFailureError):
         await stack.handle(created).result()
     await stack.wait_pod("waiting", finished_cleanly)
-    assert "CANCELLED" in await job_states(stack, job_id)
     after = await slurm_bridge(stack, "status", f"{stack.namespace}/waiting", "--json")
     assert (after["workflow_status"], after["phase"]) == ("CANCELED", "Failed")
     assert after["job_state"] == "CANCELLED (placement cancelled)"  # not the PENDING read before
