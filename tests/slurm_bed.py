@@ -381,6 +381,31 @@ class SlurmTestBed:
                     raise
                 time.sleep(0.1)
 
+    def create_slurmd_node(self, name: str, cpus: int = 4, memory_mb: int = 8000) -> None:
+        """A dynamic, non-external node: the nearest this bed gets to a `slurmd -Z` registration.
+
+        No slurmd runs here, and `scontrol create` takes only State=FUTURE, CLOUD or EXTERNAL.
+        A FUTURE node is left out of slurmrestd's node list (to the bridge, slurmd has not
+        registered yet); State=CLOUD gives IDLE+CLOUD+POWERED_DOWN+DYNAMIC_NORM: DYNAMIC_NORM
+        and not EXTERNAL, as a registered `slurmd -Z` node is, plus the power-save flags. Slurm
+        allocates it, but a job there stays RUNNING+CONFIGURING (POWER_UP_NODE): no slurmd ever
+        registers, and with no power saving configured the bed left one so for over 10 minutes.
+        Delete it with `delete_nodes`.
+        """
+        self.scontrol(
+            "create",
+            f"NodeName={name}",
+            "State=CLOUD",
+            f"CPUs={cpus}",
+            f"RealMemory={memory_mb}",
+            "NodeAddr=127.0.0.1",  # a name that does not resolve stalls slurmctld
+        )
+
+    def node(self, name: str) -> dict[str, Any] | None:
+        """A Slurm node as `scontrol --json show node` reports it (FUTURE nodes included); None if gone."""
+        data = json.loads(self.scontrol("--future", "--json", "show", "node"))
+        return next((node for node in data.get("nodes") or [] if node.get("name") == name), None)
+
     def jobs_in_partition(self, name: str) -> list[BedJob]:
         data = json.loads(self.scontrol("--json", "show", "job"))
         return [
