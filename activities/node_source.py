@@ -8,13 +8,15 @@ The worker passes a watched cache instead (worker/node_cache.py), so a
 placement costs no node request at all.
 """
 
+from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from temporalio.exceptions import ApplicationError
 
 from activities.kube_client import Json, KubeClient, KubeNotFound, api_path
+from activities.slurm_client import SlurmClient
 from bridge import keys
-from bridge.feasibility import BRIDGE_NODE_LABELS
+from bridge.feasibility import BRIDGE_NODE_LABELS, slurm_node_name
 
 NODE_NOT_FOUND = "NodeNotFound"  # the failure type of a placement whose node Kubernetes lacks
 # One label selector per way a node becomes the bridge's (`bridge.feasibility.is_bridge_node`).
@@ -75,3 +77,42 @@ async def kubernetes_node_names(kube: KubeClient, source: NodeSource, slurm_node
                 ) from None
         names.append(name)
     return names
+
+
+async def with_departed_nodes(
+    slurm: SlurmClient, wanted: list[str] | None, current: Iterable[str], nodes: Sequence[Json]
+) -> tuple[list[str] | None, bool]:
+    """A pending job's exclusions: `wanted` (the nodes its pods' rules rule out), plus the nodes it
+    excludes now that Kubernetes no longer lists but Slurm still has.
+
+    A node deleted from Kubernetes stays in Slurm until node sync drains and removes it. Lifting
+    its exclusion in between would let Slurm start the job there, on a node no pod can be bound
+    to. Once Slurm has forgotten it, the exclusion must go too: slurmctld refuses, on restart, a
+    job naming a node it does not know (Slinky slurm-bridge #43). Returns the exclusions and
+    whether any were kept only because Slurm still has the node (the caller looks again later).
+
+    Slurm is asked with one listing of its nodes, and only when such a node exists: `GET
+    /node/NAME` keeps answering for a node deleted moments ago (slurmrestd's cached view), and an
+    update naming it would be refused.
+    """
+    known = {slurm_node_name(node) for node in nodes}
+    departed = set(current) - set(wanted or []) - known
+    if not departed:
+        return wanted, False
+    in_slurm = {node.name for node in await slurm.list_nodes()}
+    kept = departed & in_slurm
+    return sorted({*(wanted or []), *kept}) or None, bool(kept)
+
+
+async def unbound_bridge_pods(kube: KubeClient, scheduler_name: str) -> list[Json]:
+    """The scheduler's pods that carry a Slurm job id and are not bound yet: those whose jobs may
+    be pending. One listing, by field and label selectors."""
+    listed = await kube.request(
+        "GET",
+        api_path("pods"),
+        query={
+            "fieldSelector": f"spec.schedulerName={scheduler_name},spec.nodeName=",
+            "labelSelector": keys.LABEL_SLURM_JOB_ID,
+        },
+    )
+    return list(listed.get("items", []))

@@ -24,8 +24,9 @@ from activities.kube_client import (
     KubeNotFound,
     api_path,
 )
+from activities.node_source import unbound_bridge_pods
 from activities.slurm_client import ESLURM_NODES_BUSY, SlurmClient, SlurmNotFound, SlurmRejected
-from bridge import keys
+from bridge import hostlist, keys
 from bridge.dra import RESOURCE_GROUP, dra_gpu_counts
 from bridge.node_actions import (
     DEFAULT_INSTALLATION,
@@ -58,7 +59,8 @@ from bridge.node_facts import (
     kube_node_view,
     slurm_node_view,
 )
-from bridge.slurm_api import UpdateNodeMsg
+from bridge.pod_events import job_id_label
+from bridge.slurm_api import JobDescMsg, UpdateNodeMsg
 
 # Temporal's activity logger: each line carries the workflow and activity ids.
 log = activity.logger
@@ -280,6 +282,8 @@ class NodeActivities:
             raise Wait("not registered by this bridge; never deleted")
         if is_busy(current):
             raise Wait("a job still runs there; deleted once it ends")
+        if is_drained(current):
+            await self._release_exclusions(action.slurm_node)
         try:
             await self.slurm.delete_node(action.slurm_node)
         except SlurmNotFound:
@@ -291,6 +295,26 @@ class NodeActivities:
         await self._event(
             action, DELETED, f"Slurm node {action.slurm_node} deleted: {action.why}", warning=False
         )
+
+    async def _release_exclusions(self, slurm_node: str) -> None:
+        """Pending jobs of the bridge's pods stop naming the node before Slurm forgets it.
+
+        slurmctld refuses any update of a job whose excluded nodes name a node it no longer has,
+        and on restart drops such a job (Slinky slurm-bridge #43), so the name must go first.
+        The node is drained: lifting its exclusion lets no job start there.
+        """
+        job_ids = {job_id_label(pod) for pod in await unbound_bridge_pods(self.kube, self.scheduler_name)}
+        for job_id in sorted(j for j in job_ids if j is not None):
+            try:
+                job = await self.slurm.get_job(job_id)
+            except SlurmNotFound:
+                continue
+            excluded = hostlist.expand(job.excluded_nodes or "")
+            if "PENDING" not in (job.job_state or []) or slurm_node not in excluded:
+                continue
+            rest = [name for name in excluded if name != slurm_node]
+            # An empty list counts as unnamed in an update: [""] is what clears it.
+            await self.slurm.update_job(job_id, JobDescMsg(excluded_nodes=rest or [""]))
 
     # -- Kubernetes: events ----------------------------------------------------
 

@@ -7,7 +7,9 @@ at the bridge's submitted-but-unbound pods, recomputes each job's exclusions
 with Kubernetes' rules and tells only the placements whose set changed
 (`nodes_changed`); the placement updates its job in an activity. So a node
 change costs one pod listing, one job read per pending job and a signal only
-where something is to be done.
+where something is to be done. A node Kubernetes deleted stays excluded while
+Slurm still has it (`with_departed_nodes`: one node listing when there is one);
+node sync lifts that exclusion once it has drained the node, before deleting it.
 """
 
 import logging
@@ -16,10 +18,10 @@ from collections import defaultdict
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.kube_client import Json, KubeClient, api_path
-from activities.node_source import list_bridge_nodes
+from activities.kube_client import Json, KubeClient
+from activities.node_source import list_bridge_nodes, unbound_bridge_pods, with_departed_nodes
 from activities.slurm_client import SlurmClient, SlurmNotFound
-from bridge import hostlist, keys
+from bridge import hostlist
 from bridge.feasibility import excluded_slurm_nodes, group_feasibility
 from bridge.models import installation_of, workflow_id_of
 from bridge.pod_events import job_id_label
@@ -46,24 +48,20 @@ class ExclusionRefresher:
         self.installation = installation
         self.refreshes = 0  # passes run: one per burst of node changes
         self.told = 0  # placements told that their job's exclusions changed
+        # The last pass kept a job excluding a node Kubernetes deleted and Slurm still has
+        # (node sync lifts that exclusion itself, after draining the node, before deleting it).
+        self.lingering = False
 
     async def refresh(self) -> int:
         """Tell the pending placements whose usable nodes changed; returns how many."""
         self.refreshes += 1
         nodes = await list_bridge_nodes(self.kube)
         if not nodes:
+            self.lingering = False
             return 0
-        listed = await self.kube.request(
-            "GET",
-            api_path("pods"),
-            query={
-                "fieldSelector": f"spec.schedulerName={self.scheduler_name},spec.nodeName=",
-                "labelSelector": keys.LABEL_SLURM_JOB_ID,
-            },
-        )
         jobs: dict[int, list[Json]] = defaultdict(list)
         claims: dict[int, str] = {}
-        for pod in listed.get("items", []):
+        for pod in await unbound_bridge_pods(self.kube, self.scheduler_name):
             claim, job_id = claim_of(pod), job_id_label(pod)
             if claim is None or job_id is None or installation_of(claim) != self.installation:
                 continue
@@ -72,8 +70,8 @@ class ExclusionRefresher:
             jobs[job_id].append(pod)
             claims[job_id] = claim
         told = 0
+        lingering = False
         for job_id, pods in jobs.items():
-            wanted = set(excluded_slurm_nodes(group_feasibility(pods, nodes)) or [])
             try:
                 job = (await self.slurm.get_job(job_id)).model_dump(mode="json")
             except SlurmNotFound:
@@ -81,7 +79,11 @@ class ExclusionRefresher:
             if "PENDING" not in (job.get("job_state") or []):
                 continue  # allocated already: the exclusions no longer matter
             current = set(hostlist.expand(job.get("excluded_nodes") or ""))
-            if wanted == current:
+            excluded, kept = await with_departed_nodes(
+                self.slurm, excluded_slurm_nodes(group_feasibility(pods, nodes)), current, nodes
+            )
+            lingering = lingering or kept
+            if set(excluded or []) == current:
                 continue
             try:
                 await self.temporal.get_workflow_handle(workflow_id_of(claims[job_id])).signal(
@@ -93,4 +95,5 @@ class ExclusionRefresher:
                 continue
             told += 1
         self.told += told
+        self.lingering = lingering
         return told

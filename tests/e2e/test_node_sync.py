@@ -507,7 +507,8 @@ async def test_restart_after_deleting_an_excluded_node_keeps_pending_bridge_jobs
 ) -> None:
     """Upstream #43 with pending jobs: their `excluded_nodes` name a node that Kubernetes then
     deletes (node sync deletes its Slurm node); slurmctld restarts. Nothing is killed, no pod
-    is deleted, the exclusions no longer name the gone node, and the jobs run later."""
+    is deleted, the exclusions name the gone node until node sync removed it from Slurm and no
+    longer afterwards, and the jobs run later."""
     # As above: the static partition survives the restart, a feature pins the jobs to this
     # test's nodes, a high Weight keeps other sessions' jobs off them.
     # A scheduler name of its own: node sync only ever removes nodes registered under its
@@ -562,7 +563,24 @@ async def test_restart_after_deleting_an_excluded_node_keeps_pending_bridge_jobs
         assert before[job_id]["job_state"] == ["PENDING"], before[job_id]["job_state"]
         assert gone in hostlist.expand(before[job_id]["excluded_nodes"] or ""), before[job_id]
 
+    # Node sync held back: Kubernetes has forgotten `gone`, Slurm has not. The refresher runs on
+    # the deletion and must keep `gone` excluded, or Slurm may start a pending job there, on a
+    # node no pod can be bound to (CI met that order once).
+    assert stack.bridge is not None
+    refresher = stack.bridge.node_watcher.refresher
+    assert refresher is not None
+    schedule = stack.temporal.get_schedule_handle(stack.schedule_id)
+    await schedule.pause(note="test: Kubernetes forgets the node before Slurm does")
+    refreshes, told = refresher.refreshes, refresher.told
     stack.kube.delete_object("nodes", gone)
+    await stack.wait_kube(lambda: refresher.refreshes > refreshes and refresher.lingering)
+    assert refresher.told == told  # no placement was told to lift the exclusion
+    held = await jobs()
+    for job_id in pending_jobs:
+        assert held[job_id]["job_state"] == ["PENDING"], held[job_id]["job_state"]
+        assert gone in hostlist.expand(held[job_id]["excluded_nodes"] or ""), held[job_id]
+    await schedule.unpause()
+    await stack.sync()
     await stack.wait_slurm(gone, lambda n: n is None, timeout=30)
 
     async def exclusions_updated() -> dict[int, Json]:
