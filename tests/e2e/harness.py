@@ -279,6 +279,24 @@ def worker_env(stack: Stack, **extra: str) -> dict[str, str]:
     return settings_env(stack.settings, stack.temporal.service_client.config.target_host, **extra)
 
 
+def leader_worker_env(stack: Stack, health_port: int, **extra: str) -> dict[str, str]:
+    """A worker process of this stack that takes part in leader election (the stack's Lease and
+    timings) and runs no orphan sweep (it lists every job; no test of replicas is about it)."""
+    s = stack.settings
+    return worker_env(
+        stack,
+        HEALTH_PORT=str(health_port),
+        LEADER_ELECTION="true",
+        LEASE_NAMESPACE=s.lease_namespace,
+        LEASE_NAME=s.lease_name,
+        LEASE_DURATION=str(s.lease_duration),
+        RENEW_DEADLINE=str(s.renew_deadline),
+        RETRY_PERIOD=str(s.retry_period),
+        SWEEP_INTERVAL="0",
+        **extra,
+    )
+
+
 def settings_env(s: WorkerSettings, temporal_address: str, **extra: str) -> dict[str, str]:
     """The environment of a `slurm-bridge worker` process with these test-bed settings."""
     return {

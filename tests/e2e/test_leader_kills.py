@@ -31,9 +31,9 @@ from tests.e2e.harness import (
     finished_cleanly,
     free_port,
     job_id_of,
+    leader_worker_env,
     running_process,
     unique,
-    worker_env,
 )
 from tests.health_probe import probe, ready_body
 
@@ -81,19 +81,8 @@ class WorkerProcess:
 async def worker_process(stack: Stack, log: Path) -> AsyncIterator[WorkerProcess]:
     """A `slurm-bridge worker` with its own ports, logging to `log` (kept in the test's tmp_path)."""
     metrics_port, health_port = free_port(), free_port()
-    s = stack.settings
-    env = worker_env(
-        stack,
-        METRICS_PORT=str(metrics_port),
-        HEALTH_PORT=str(health_port),
-        LEADER_ELECTION="true",
-        LEASE_NAMESPACE=s.lease_namespace,
-        LEASE_NAME=s.lease_name,
-        LEASE_DURATION=str(s.lease_duration),
-        RENEW_DEADLINE=str(s.renew_deadline),
-        RETRY_PERIOD=str(s.retry_period),
-        SWEEP_INTERVAL="0",  # the sweep lists every job: not part of what is counted here
-    )
+    # No orphan sweep: it lists every job, which is not part of what is counted here.
+    env = leader_worker_env(stack, health_port, METRICS_PORT=str(metrics_port))
     command = (str(Path(sys.executable).with_name("slurm-bridge")), "worker")
     with log.open("wb") as stderr:
         async with running_process(*command, env=env, stderr=stderr) as process:

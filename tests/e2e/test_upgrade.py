@@ -35,6 +35,7 @@ from tests.e2e.harness import (
     finished_cleanly,
     free_port,
     job_id_of,
+    leader_worker_env,
     make_pod,
     running_process,
     unique,
@@ -171,19 +172,7 @@ class Replica:
 async def replica(stack: Stack, log: Path, tree: Path | None = None) -> AsyncIterator[Replica]:
     """A worker process with leader election, from `tree` (a release's worktree) or today's code."""
     health_port = free_port()
-    s = stack.settings
-    env = worker_env(
-        stack,
-        METRICS_PORT="0",
-        HEALTH_PORT=str(health_port),
-        LEADER_ELECTION="true",
-        LEASE_NAMESPACE=s.lease_namespace,
-        LEASE_NAME=s.lease_name,
-        LEASE_DURATION=str(s.lease_duration),
-        RENEW_DEADLINE=str(s.renew_deadline),
-        RETRY_PERIOD=str(s.retry_period),
-        SWEEP_INTERVAL="0",  # the sweep is not what this test is about
-    )
+    env = leader_worker_env(stack, health_port, METRICS_PORT="0")
     if tree is None:
         command: tuple[str, ...] = (str(Path(sys.executable).with_name("slurm-bridge")), "worker")
         # Every workflow task goes to the shared queue, as when more placements run than the
