@@ -79,29 +79,38 @@ async def kubernetes_node_names(kube: KubeClient, source: NodeSource, slurm_node
     return names
 
 
+class SlurmNodeNames:
+    """The names of Slurm's nodes, listed on first use and kept for the rest of one pass."""
+
+    def __init__(self, slurm: SlurmClient) -> None:
+        self._slurm = slurm
+        self._names: set[str] | None = None
+
+    async def names(self) -> set[str]:
+        if self._names is None:
+            self._names = {node.name for node in await self._slurm.list_nodes() if node.name}
+        return self._names
+
+
 async def with_departed_nodes(
-    slurm: SlurmClient, wanted: list[str] | None, current: Iterable[str], nodes: Sequence[Json]
-) -> tuple[list[str] | None, bool]:
+    in_slurm: SlurmNodeNames, wanted: list[str] | None, current: Iterable[str], nodes: Sequence[Json]
+) -> list[str] | None:
     """A pending job's exclusions: `wanted` (the nodes its pods' rules rule out), plus the nodes it
     excludes now that Kubernetes no longer lists but Slurm still has.
 
     A node deleted from Kubernetes stays in Slurm until node sync drains and removes it. Lifting
     its exclusion in between would let Slurm start the job there, on a node no pod can be bound
-    to. Once Slurm has forgotten it, the exclusion must go too: slurmctld refuses, on restart, a
-    job naming a node it does not know (Slinky slurm-bridge #43). Returns the exclusions and
-    whether any were kept only because Slurm still has the node (the caller looks again later).
+    to; node sync lifts it itself once the node is drained, before deleting it.
 
-    Slurm is asked with one listing of its nodes, and only when such a node exists: `GET
-    /node/NAME` keeps answering for a node deleted moments ago (slurmrestd's cached view), and an
-    update naming it would be refused.
+    Slurm is asked (one listing of its nodes) only when such a node exists: `GET /node/NAME`
+    keeps answering for a node deleted moments ago (slurmrestd's cached view).
     """
     known = {slurm_node_name(node) for node in nodes}
     departed = set(current) - set(wanted or []) - known
     if not departed:
-        return wanted, False
-    in_slurm = {node.name for node in await slurm.list_nodes()}
-    kept = departed & in_slurm
-    return sorted({*(wanted or []), *kept}) or None, bool(kept)
+        return wanted
+    kept = departed & await in_slurm.names()
+    return sorted({*(wanted or []), *kept}) or None
 
 
 async def unbound_bridge_pods(kube: KubeClient, scheduler_name: str) -> list[Json]:

@@ -28,7 +28,13 @@ from activities.dra import DeviceClaims
 from activities.errors import SLURM_UNAVAILABLE, classified, waits_for_slurm
 from activities.kube import BOUND_ELSEWHERE, KubeActivities, now
 from activities.kube_client import Json, KubeConflict, KubeError, KubeNotFound, api_path
-from activities.node_source import ListedNodes, NodeSource, kubernetes_node_names, with_departed_nodes
+from activities.node_source import (
+    ListedNodes,
+    NodeSource,
+    SlurmNodeNames,
+    kubernetes_node_names,
+    with_departed_nodes,
+)
 from activities.pod_group_status import set_scheduled
 from activities.slurm import ENDED_STATES, SlurmActivities, job_event
 from activities.slurm_client import SlurmNotFound, SlurmRejected
@@ -460,8 +466,11 @@ class PlacementActivities:
             nodes = await self._bridge_nodes()
             feasibility = group_feasibility(pods, nodes)
             current = (await self.slurm.slurm.get_job(job_id)).excluded_nodes or ""
-            excluded, _ = await with_departed_nodes(
-                self.slurm.slurm, excluded_slurm_nodes(feasibility), hostlist.expand(current), nodes
+            excluded = await with_departed_nodes(
+                SlurmNodeNames(self.slurm.slurm),
+                excluded_slurm_nodes(feasibility),
+                hostlist.expand(current),
+                nodes,
             )
             job = await self.kube.build_job(request, pods, excluded_nodes=excluded)
             await self.slurm.update_job(job_id, job)

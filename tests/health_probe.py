@@ -33,3 +33,12 @@ async def ready_body(process: asyncio.subprocess.Process, port: int) -> dict[str
             status, body = await probe(port, "/readyz")
             assert status == 200, body
     return body
+
+
+async def sees_leader(port: int, identity: str, *, watching: bool, timeout: float = 15) -> None:
+    """Until the worker's /readyz names `identity` as leader and says whether it runs the
+    watchers (polled: a replica reads the Lease again only every retry period)."""
+    async for attempt in AsyncRetrying(wait=wait_fixed(0.2), stop=stop_after_delay(timeout), reraise=True):
+        with attempt:
+            status, body = await probe(port, "/readyz")
+            assert (status, body["leader"], body["watching"]) == (200, identity, watching), body

@@ -8,10 +8,11 @@ with Kubernetes' rules and tells only the placements whose set changed
 (`nodes_changed`); the placement updates its job in an activity. So a node
 change costs one pod listing, one job read per pending job and a signal only
 where something is to be done. A node Kubernetes deleted stays excluded while
-Slurm still has it (`with_departed_nodes`: one node listing when there is one);
+Slurm still has it (`with_departed_nodes`: one node listing a pass when there is one);
 node sync lifts that exclusion once it has drained the node, before deleting it.
 """
 
+import asyncio
 import logging
 from collections import defaultdict
 
@@ -19,7 +20,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.kube_client import Json, KubeClient
-from activities.node_source import list_bridge_nodes, unbound_bridge_pods, with_departed_nodes
+from activities.node_source import SlurmNodeNames, list_bridge_nodes, unbound_bridge_pods, with_departed_nodes
 from activities.slurm_client import SlurmClient, SlurmNotFound
 from bridge import hostlist
 from bridge.feasibility import excluded_slurm_nodes, group_feasibility
@@ -46,18 +47,27 @@ class ExclusionRefresher:
         self.temporal = temporal
         self.scheduler_name = scheduler_name
         self.installation = installation
-        self.refreshes = 0  # passes run: one per burst of node changes
+        self.refreshes = 0  # passes finished: one per burst of node changes
         self.told = 0  # placements told that their job's exclusions changed
-        # The last pass kept a job excluding a node Kubernetes deleted and Slurm still has
-        # (node sync lifts that exclusion itself, after draining the node, before deleting it).
-        self.lingering = False
+        self._finished = asyncio.Condition()
 
     async def refresh(self) -> int:
         """Tell the pending placements whose usable nodes changed; returns how many."""
-        self.refreshes += 1
+        try:
+            return await self._refresh()
+        finally:
+            async with self._finished:
+                self.refreshes += 1
+                self._finished.notify_all()
+
+    async def wait_for_passes(self, count: int) -> None:
+        """Until `count` passes have finished (an event for whoever must know a pass is over)."""
+        async with self._finished:
+            await self._finished.wait_for(lambda: self.refreshes >= count)
+
+    async def _refresh(self) -> int:
         nodes = await list_bridge_nodes(self.kube)
         if not nodes:
-            self.lingering = False
             return 0
         jobs: dict[int, list[Json]] = defaultdict(list)
         claims: dict[int, str] = {}
@@ -70,7 +80,7 @@ class ExclusionRefresher:
             jobs[job_id].append(pod)
             claims[job_id] = claim
         told = 0
-        lingering = False
+        in_slurm = SlurmNodeNames(self.slurm)
         for job_id, pods in jobs.items():
             try:
                 job = (await self.slurm.get_job(job_id)).model_dump(mode="json")
@@ -79,10 +89,9 @@ class ExclusionRefresher:
             if "PENDING" not in (job.get("job_state") or []):
                 continue  # allocated already: the exclusions no longer matter
             current = set(hostlist.expand(job.get("excluded_nodes") or ""))
-            excluded, kept = await with_departed_nodes(
-                self.slurm, excluded_slurm_nodes(group_feasibility(pods, nodes)), current, nodes
+            excluded = await with_departed_nodes(
+                in_slurm, excluded_slurm_nodes(group_feasibility(pods, nodes)), current, nodes
             )
-            lingering = lingering or kept
             if set(excluded or []) == current:
                 continue
             try:
@@ -95,5 +104,4 @@ class ExclusionRefresher:
                 continue
             told += 1
         self.told += told
-        self.lingering = lingering
         return told

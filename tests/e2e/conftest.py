@@ -1,4 +1,4 @@
-"""The `stack` factory: a complete bridge on real Temporal and real Slurm per test."""
+"""The `stack` and `nodes` factories: a complete bridge on real Temporal and real Slurm per test."""
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
@@ -10,11 +10,13 @@ from temporalio.client import Client
 from activities.slurm_client import SlurmClient
 from bridge import keys
 from bridge.node_facts import gpu_count
-from tests.e2e.harness import Stack, bed_settings
+from tests.e2e.harness import Stack, bed_client, bed_settings
+from tests.e2e.node_fixtures import NodeStack
 from tests.kube_fake import FakeKubeServer
 from tests.slurm_bed import SlurmTestBed
 
 StackFactory = Callable[..., Awaitable[Stack]]
+MakeNodes = Callable[..., Awaitable[NodeStack]]
 
 
 @pytest.fixture
@@ -83,3 +85,32 @@ async def make_stack(
         stack.partition.cleanup()
         assert not stuck, f"pods left with the bridge finalizer: {stuck}"
         assert not live, f"Slurm jobs left running or pending: {live}"
+
+
+@pytest.fixture
+async def make_nodes(
+    temporal_client: Client, slurm_bed: SlurmTestBed, tmp_path: Path, task_queue: str
+) -> AsyncIterator[MakeNodes]:
+    """Bridges whose node sync a test drives: `kubelet=True` runs bound pods (and ends deleted ones)."""
+    stacks: list[NodeStack] = []
+
+    async def make(*, kubelet: bool = False, **overrides: Any) -> NodeStack:
+        kube = FakeKubeServer(kubelet=kubelet).start()
+        kubeconfig = kube.kubeconfig(tmp_path / f"kubeconfig-{len(stacks)}")
+        settings = bed_settings(
+            slurm_bed,
+            kubeconfig,
+            task_queue,
+            # Runs come from the node watcher and the tests' own triggers, unless a test says otherwise.
+            node_sync_interval=overrides.pop("node_sync_interval", 3600),
+            **overrides,
+        )
+        slurm = bed_client(slurm_bed, settings.slurm_api_version)
+        stack = NodeStack(kube, temporal_client, slurm, slurm_bed, settings, kubeconfig)
+        stacks.append(stack)
+        await stack.start()
+        return stack
+
+    yield make
+    for stack in stacks:
+        await stack.cleanup()  # deletes every Slurm node and partition named with the stack's prefix

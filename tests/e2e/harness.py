@@ -223,6 +223,19 @@ def job_id_of(pod: Pod | None) -> int | None:
     return int(label) if label else None
 
 
+async def wait_job_state(
+    slurm: SlurmClient, job_id: int, done: Callable[[list[str]], object], timeout: float = 30
+) -> dict[str, Any]:
+    """Poll Slurm (it has no watch) until `done(job_state)` holds; the job as JSON. Bounded."""
+    deadline = time.monotonic() + timeout
+    while True:
+        job = (await slurm.get_job(job_id)).model_dump(mode="json")
+        if done(job["job_state"]):
+            return job
+        assert time.monotonic() < deadline, f"job {job_id} still {job['job_state']} after {timeout} s"
+        await asyncio.sleep(0.1)
+
+
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:6]}"
 

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tenacity import AsyncRetrying, stop_after_delay, wait_fixed
 
 from tests.e2e.conftest import StackFactory
 from tests.e2e.harness import (
@@ -35,7 +34,7 @@ from tests.e2e.harness import (
     running_process,
     unique,
 )
-from tests.health_probe import probe, ready_body
+from tests.health_probe import probe, ready_body, sees_leader
 
 pytestmark = pytest.mark.slurm
 
@@ -59,13 +58,6 @@ class WorkerProcess:
     async def wait_ready(self) -> None:
         """Until /readyz says 200."""
         self.identity = (await ready_body(self.process, self.health_port))["identity"]
-
-    async def sees_leader(self, identity: str) -> None:
-        """Ready, not watching, and naming `identity` as leader once it has read the Lease again (polled)."""
-        async for attempt in AsyncRetrying(wait=wait_fixed(0.2), stop=stop_after_delay(10), reraise=True):
-            with attempt:
-                status, body = await self.readyz()
-                assert (status, body["watching"], body["leader"]) == (200, False, identity), body
 
     async def listings(self) -> int:
         """Slurm job listings this process made, from its own metrics."""
@@ -160,7 +152,7 @@ async def test_three_worker_processes_survive_killing_the_leader_twice(
             status, body = await leader.readyz()
             assert (status, body["watching"]) == (200, True)
             for standby in (w for w in alive.values() if w is not leader):
-                await standby.sees_leader(leader.identity)
+                await sees_leader(standby.health_port, leader.identity, watching=False)
 
             if name == "third":
                 # The CLI tells the same story: the leader, and its watchers' health.

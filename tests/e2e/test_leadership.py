@@ -21,7 +21,7 @@ from tenacity import AsyncRetrying, stop_after_delay, wait_fixed
 
 from activities.kube_client import KubeClient, load_configuration
 from tests.e2e.conftest import StackFactory
-from tests.e2e.harness import Stack, bed_client, bound, finished_cleanly, job_id_of
+from tests.e2e.harness import Stack, bed_client, bound, finished_cleanly, job_id_of, wait_job_state
 from tests.health_probe import probe
 from worker.health import HealthServer
 from worker.main import Bridge
@@ -103,14 +103,6 @@ async def test_one_leader_watches_and_another_takes_over(make_stack: StackFactor
     assert sorted(r.path.split("/")[-2] for r in bindings) == ["before", "during"]
 
 
-async def slurm_state(stack: Stack, job_id: int, wanted: str, timeout: float = 30) -> None:
-    """Poll Slurm until the job is in `wanted` (Slurm sends no events)."""
-    async for attempt in AsyncRetrying(wait=wait_fixed(0.1), stop=stop_after_delay(timeout), reraise=True):
-        with attempt:
-            states = (await stack.slurm.get_job(job_id)).model_dump(mode="json")["job_state"]
-            assert wanted in states, states
-
-
 async def test_a_job_that_starts_while_no_replica_leads_is_bound_by_the_next_leader(
     make_stack: StackFactory,
 ) -> None:
@@ -141,14 +133,14 @@ async def test_a_job_that_starts_while_no_replica_leads_is_bound_by_the_next_lea
     blocker = int(answer.json()["job_id"])
     freed = False
     try:
-        await slurm_state(stack, blocker, "RUNNING")
+        await wait_job_state(stack.slurm, blocker, lambda s: "RUNNING" in s)
         async with replica(stack) as first, replica(stack) as second:
             leader = await leader_among(first, second)
             standby = second if leader is first else first
             stack.create_pod("late")
             job_id = job_id_of(await stack.wait_pod("late", job_id_of))
             assert job_id is not None
-            await slurm_state(stack, job_id, "PENDING")
+            await wait_job_state(stack.slurm, job_id, lambda s: "PENDING" in s)
             # The pod is told it waits: the placement's submit step is over, it waits for the
             # watchers' word (a step cut short by the crash would be retried, and see the job run).
             await stack.kube.wait_for_async(
@@ -167,7 +159,7 @@ async def test_a_job_that_starts_while_no_replica_leads_is_bound_by_the_next_lea
             # The node is freed; Slurm starts the job while no replica leads, and nobody binds.
             await asyncio.to_thread(stack.slurm_bed.cancel_job, blocker)
             freed = True
-            await slurm_state(stack, job_id, "RUNNING")
+            await wait_job_state(stack.slurm, job_id, lambda s: "RUNNING" in s)
             assert not standby.leading
             assert bound(stack.pod("late")) is None
             assert standby.bridge.job_watcher.signals == 0

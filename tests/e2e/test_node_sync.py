@@ -10,9 +10,8 @@ import asyncio
 import contextlib
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from temporalio.client import Client, ScheduleIntervalSpec, ScheduleOverlapPolicy, WorkflowFailureError
@@ -25,10 +24,10 @@ from bridge import hostlist, keys
 from bridge.node_actions import PARTITION_NOT_FOUND, REGISTERED, owned_by
 from bridge.node_facts import is_busy
 from bridge.slurm_api import API_VERSIONS, JobDescMsg
-from tests.e2e.harness import bed_client, bed_settings, make_pod
+from tests.e2e.conftest import MakeNodes
+from tests.e2e.harness import make_pod, wait_job_state
 from tests.e2e.node_fixtures import Json, NodeStack, workflow_id
 from tests.kube_fake import FakeKubeServer
-from tests.slurm_bed import SlurmTestBed
 from worker.node_watcher import NodeWatcher
 from worker.schedules import ensure_node_sync_schedule
 from worker.settings import load_settings
@@ -36,36 +35,7 @@ from workflows.node_sync import NodeSyncWorkflow
 
 pytestmark = pytest.mark.slurm
 
-MakeNodes = Callable[..., Awaitable[NodeStack]]
 OUR_PREFIX = keys.DRAIN_REASON_PREFIX
-
-
-@pytest.fixture
-async def make_nodes(
-    temporal_client: Client, slurm_bed: SlurmTestBed, tmp_path: Path, task_queue: str
-) -> AsyncIterator[MakeNodes]:
-    stacks: list[NodeStack] = []
-
-    async def make(**overrides: Any) -> NodeStack:
-        kube = FakeKubeServer().start()
-        kubeconfig = kube.kubeconfig(tmp_path / f"kubeconfig-{len(stacks)}")
-        settings = bed_settings(
-            slurm_bed,
-            kubeconfig,
-            task_queue,
-            # Runs come from the node watcher and the tests' own triggers, unless a test says otherwise.
-            node_sync_interval=overrides.pop("node_sync_interval", 3600),
-            **overrides,
-        )
-        slurm = bed_client(slurm_bed, settings.slurm_api_version)
-        stack = NodeStack(kube, temporal_client, slurm, slurm_bed, settings, kubeconfig)
-        stacks.append(stack)
-        await stack.start()
-        return stack
-
-    yield make
-    for stack in stacks:
-        await stack.cleanup()
 
 
 def drained(node: Json | None) -> bool:
@@ -99,13 +69,8 @@ async def submit_job(stack: NodeStack, partition: str) -> int:
 
 
 async def wait_job_running(stack: NodeStack, job_id: int, timeout: float = 30) -> list[str]:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        job = (await stack.slurm.get_job(job_id)).model_dump(mode="json")
-        if "RUNNING" in job["job_state"]:
-            return [n["name"] for n in job["job_resources"]["nodes"]["allocation"]]
-        assert asyncio.get_running_loop().time() < deadline, f"job {job_id} never ran: {job['job_state']}"
-        await asyncio.sleep(0.1)
+    job = await wait_job_state(stack.slurm, job_id, lambda states: "RUNNING" in states, timeout)
+    return [n["name"] for n in job["job_resources"]["nodes"]["allocation"]]
 
 
 # -- registration -------------------------------------------------------------------
@@ -573,7 +538,7 @@ async def test_restart_after_deleting_an_excluded_node_keeps_pending_bridge_jobs
     await schedule.pause(note="test: Kubernetes forgets the node before Slurm does")
     refreshes, told = refresher.refreshes, refresher.told
     stack.kube.delete_object("nodes", gone)
-    await stack.wait_kube(lambda: refresher.refreshes > refreshes and refresher.lingering)
+    await asyncio.wait_for(refresher.wait_for_passes(refreshes + 1), 30)
     assert refresher.told == told  # no placement was told to lift the exclusion
     held = await jobs()
     for job_id in pending_jobs:

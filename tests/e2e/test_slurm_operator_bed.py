@@ -10,47 +10,18 @@ API server (tests/unit/test_slurm_operator_layout.py emulates the rest of the
 operator's layout there).
 """
 
-import asyncio
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
-from typing import Any
-
 import pytest
-from temporalio.client import Client
 
 from bridge import keys
 from bridge.node_actions import SLURMD_NODE, ownership_comment
-from tests.e2e.harness import bed_client, bed_settings, bound, finished_cleanly, job_id_of, make_pod
-from tests.e2e.node_fixtures import Json, NodeStack
-from tests.kube_fake import FakeKubeServer
+from tests.e2e.conftest import MakeNodes
+from tests.e2e.harness import bound, finished_cleanly, job_id_of, make_pod, wait_job_state
+from tests.e2e.node_fixtures import Json
 from tests.slurm_bed import ENDED_STATES, SlurmTestBed
 
 pytestmark = pytest.mark.slurm
 
-MakeNodes = Callable[..., Awaitable[NodeStack]]
 NAMESPACE = "slurm-jobs"
-
-
-@pytest.fixture
-async def make_nodes(
-    temporal_client: Client, slurm_bed: SlurmTestBed, tmp_path: Path, task_queue: str
-) -> AsyncIterator[MakeNodes]:
-    stacks: list[NodeStack] = []
-
-    async def make(**overrides: Any) -> NodeStack:
-        kube = FakeKubeServer(kubelet=True).start()  # runs bound pods, ends deleted ones
-        kubeconfig = kube.kubeconfig(tmp_path / f"kubeconfig-{len(stacks)}")
-        # Runs come from the node watcher and the test's own triggers.
-        settings = bed_settings(slurm_bed, kubeconfig, task_queue, node_sync_interval=3600, **overrides)
-        stack = NodeStack(kube, temporal_client, bed_client(slurm_bed), slurm_bed, settings, kubeconfig)
-        stacks.append(stack)
-        await stack.start()
-        return stack
-
-    yield make
-    for stack in stacks:
-        await stack.cleanup()  # deletes every Slurm node and partition named with the stack's prefix
 
 
 def slurmd_node(bed: SlurmTestBed, name: str) -> Json:
@@ -68,20 +39,10 @@ def untouched_by_sync(lines: list[str], slurm_name: str) -> bool:
     return not any(line.startswith(f"{verb} Slurm node {slurm_name}") for verb in verbs for line in lines)
 
 
-async def job_ended(stack: NodeStack, job_id: int, timeout: float = 15) -> None:
-    """Poll Slurm (no watch on it) until the job has ended; bounded."""
-    deadline = time.monotonic() + timeout
-    while not ENDED_STATES.intersection(
-        (await stack.slurm.get_job(job_id)).model_dump(mode="json")["job_state"]
-    ):
-        assert time.monotonic() < deadline, f"job {job_id} still live after {timeout} s"
-        await asyncio.sleep(0.1)
-
-
 async def test_a_slurmd_node_is_tainted_and_drain_mirrored_never_registered_over_or_removed(
     make_nodes: MakeNodes,
 ) -> None:
-    stack = await make_nodes()
+    stack = await make_nodes(kubelet=True)  # runs bound pods, ends deleted ones
     bed = stack.bed
     scheduler = stack.settings.scheduler_name
     partition = stack.make_partition()  # an existing partition the external-node label could name
@@ -145,7 +106,7 @@ async def test_a_slurmd_node_is_tainted_and_drain_mirrored_never_registered_over
     await stack.kube.wait_for_async(
         lambda: finished_cleanly(stack.kube.get_object("pods", "p", NAMESPACE)), 30
     )
-    await job_ended(stack, job_id)
+    await wait_job_state(stack.slurm, job_id, ENDED_STATES.intersection, timeout=15)
 
     # Even with a comment saying this bridge registered it, the node is not removed when the
     # Kubernetes node loses its labels or is gone: only EXTERNAL nodes of ours ever are.

@@ -24,7 +24,6 @@ from typing import Any
 
 import pytest
 from temporalio.api.enums.v1 import EventType
-from tenacity import AsyncRetrying, stop_after_delay, wait_fixed
 
 from bridge import keys
 from tests.e2e.conftest import StackFactory
@@ -41,7 +40,7 @@ from tests.e2e.harness import (
     unique,
     worker_env,
 )
-from tests.health_probe import probe, ready_body
+from tests.health_probe import ready_body, sees_leader
 
 pytestmark = pytest.mark.slurm
 
@@ -214,14 +213,6 @@ def failed_on(events: list[Any], worker: Replica) -> list[str]:
     ]
 
 
-async def sees_leader(worker: Replica, identity: str, watching: bool) -> None:
-    """Until `worker`'s /readyz names `identity` as leader and says whether it runs the watchers."""
-    async for attempt in AsyncRetrying(wait=wait_fixed(0.2), stop=stop_after_delay(15), reraise=True):
-        with attempt:
-            status, body = await probe(worker.health_port, "/readyz")
-            assert (status, body["leader"], body["watching"]) == (200, identity, watching), body
-
-
 async def test_old_and_new_replicas_side_by_side_in_a_rolling_update(
     make_stack: StackFactory, release_before_v3: Path, tmp_path: Path
 ) -> None:
@@ -259,15 +250,15 @@ async def test_old_and_new_replicas_side_by_side_in_a_rolling_update(
 
             new = await new_deployment.enter_async_context(replica(stack, tmp_path / "new.log"))
             await new.readyz()
-            await sees_leader(new, first_old.identity, watching=False)
+            await sees_leader(new.health_port, first_old.identity, watching=False)
             await bind("during")
         # The first old replica stopped: it released the Lease, today's replica leads.
         await lease_names(stack, new.identity)
-        await sees_leader(new, new.identity, watching=True)
+        await sees_leader(new.health_port, new.identity, watching=True)
 
         async with replica(stack, tmp_path / "old-2.log", release_before_v3) as second_old:
             await second_old.readyz()
-            await sees_leader(second_old, new.identity, watching=False)
+            await sees_leader(second_old.health_port, new.identity, watching=False)
             # Placements of today's type, each placed and finished while the old replica runs,
             # until one of its workflow tasks reached the old replica (either replica takes a task
             # from the shared queue: one placement is usually enough).
@@ -288,7 +279,7 @@ async def test_old_and_new_replicas_side_by_side_in_a_rolling_update(
             names.append("last")
             await bind("last")
         assert second_old.process.returncode is not None
-        await sees_leader(new, new.identity, watching=True)
+        await sees_leader(new.health_port, new.identity, watching=True)
 
         for name in ("before", "during", "last"):
             stack.kube.set_pod_phase(stack.namespace, name, "Succeeded")
