@@ -249,7 +249,7 @@ async def test_a_pending_jobs_exclusions_follow_node_changes(make_stack: StackFa
     await stack.kube.wait_for_async(
         lambda: any(e["reason"] == "SlurmJobUpdated" for e in stack.events("waiting")), timeout=30
     )
-    await stack.kube.wait_for_async(lambda: refresher.told != told)  # counted when the pass ends
+    await asyncio.wait_for(refresher.wait_for_passes(refreshes + 1), 30)
     assert excluded(await submitted_job(stack, pending["waiting"])) == second
     assert (refresher.refreshes - refreshes, refresher.told - told) == (1, 1)
 
