@@ -61,15 +61,19 @@ class KubeActivities:
             return None
         return pod if pod.get("metadata", {}).get("uid") == ref.uid else None
 
-    async def _patch_pod(self, ref: PodRef, patch: Json, *, subresource: str | None = None) -> Json:
+    async def _patch_pod(
+        self, ref: PodRef, patch: Json, *, subresource: str | None = None, strategic: bool = False
+    ) -> Json:
         """The pod as the patch left it (the API server answers with it)."""
         # The uid precondition makes the write fail (409) rather than touch a namesake.
         path = api_path("pods", namespace=ref.namespace, name=ref.name, subresource=subresource)
         body = {**patch, "metadata": {**patch.get("metadata", {}), "uid": ref.uid}}
-        content = STRATEGIC_MERGE if subresource == "status" else MERGE_PATCH
+        content = STRATEGIC_MERGE if strategic or subresource == "status" else MERGE_PATCH
         return await self.kube.request("PATCH", path, body=body, content_type=content)
 
-    async def patch_if_present(self, ref: PodRef, patch: Json, *, subresource: str | None = None) -> bool:
+    async def patch_if_present(
+        self, ref: PodRef, patch: Json, *, subresource: str | None = None, strategic: bool = False
+    ) -> bool:
         """Patch the pod; False when it is gone or replaced by a namesake.
 
         A 409 is not proof that the pod is gone: the uid precondition gives one
@@ -78,7 +82,7 @@ class KubeActivities:
         conflict on the pod still there is raised, and the activity retries.
         """
         try:
-            await self._patch_pod(ref, patch, subresource=subresource)
+            await self._patch_pod(ref, patch, subresource=subresource, strategic=strategic)
         except KubeNotFound:
             return False
         except KubeConflict:
@@ -94,29 +98,38 @@ class KubeActivities:
         """Protect the pods from vanishing while a Slurm job exists for them; returns the pods still there."""
         present = []
         for ref in pods:
-            if await self._edit_finalizers(ref, add=True):
+            if await self._add_finalizer(ref):
                 present.append(ref)
         return present
 
     @activity.defn(name="remove_finalizer")
     async def remove_finalizer(self, pods: list[PodRef]) -> None:
+        # A strategic merge patch takes the one entry out of the list on the server, so it
+        # needs neither a read nor a resourceVersion: nobody else's finalizer can be lost,
+        # and a pod without ours is a write that changes nothing (no new resourceVersion).
+        drop = {"metadata": {"$deleteFromPrimitiveList/finalizers": [keys.FINALIZER]}}
         for ref in pods:
-            await self._edit_finalizers(ref, add=False)
+            await self.patch_if_present(ref, drop, strategic=True)
 
-    async def _edit_finalizers(self, ref: PodRef, *, add: bool) -> bool:
+    async def _add_finalizer(self, ref: PodRef) -> bool:
         pod = await self.read_pod(ref)
         if pod is None:
             return False
         meta = pod["metadata"]
         finalizers: list[str] = list(meta.get("finalizers") or [])
-        if add and meta.get("deletionTimestamp"):
+        if meta.get("deletionTimestamp"):
             return False  # being deleted: nothing to place, and new finalizers are refused
-        if (keys.FINALIZER in finalizers) == add:
+        if keys.FINALIZER in finalizers:
             return True
-        finalizers = [*finalizers, keys.FINALIZER] if add else [f for f in finalizers if f != keys.FINALIZER]
-        # resourceVersion makes this a compare-and-swap: a concurrent edit of the
-        # list by someone else gives 409 and the activity retries with a fresh read.
-        patch = {"metadata": {"finalizers": finalizers, "resourceVersion": meta["resourceVersion"]}}
+        # resourceVersion makes this a compare-and-swap: the pod is placed only as it was
+        # read (not deleted or finished meanwhile); a concurrent edit gives 409 and the
+        # activity retries with a fresh read.
+        patch = {
+            "metadata": {
+                "finalizers": [*finalizers, keys.FINALIZER],
+                "resourceVersion": meta["resourceVersion"],
+            }
+        }
         try:
             await self._patch_pod(ref, patch)
         except KubeNotFound:

@@ -4,8 +4,7 @@ A placement used to run a dozen small activities; each one is a billable
 action and three history events. These fold them by what happens together:
 
 - prepare_and_submit: finalizer + placement annotation → translate → submit →
-  label with the job id → Event → read the job once (an external job that
-  fits starts at once, and then the workflow binds without waiting);
+  label with the job id → Event (an adopted job is read as well: it may run);
 - bind: read the job afresh (and the pods beside it) → map Slurm nodes → pods/binding
   carrying the node annotation (a patch first only when the pod lacks the managed-node
   toleration) → Event;
@@ -61,21 +60,6 @@ log = activity.logger
 TOO_MANY_REQUESTS = 429  # what an eviction a PodDisruptionBudget forbids answers
 INVALID_NODE_NAME = 2018  # Slurm: "Invalid node name specified"
 CAS_ATTEMPTS = 5  # a pod edited by others this often in a row: let the activity retry later
-
-
-def first_look(job: JobEvent, *, created: bool) -> JobEvent:
-    """The job as read right after submitting it, without a pending reason.
-
-    Slurm tries to start a job the moment it is submitted; a reason read then
-    (usually Priority, for the fraction of a second before its next pass) is
-    rarely news, and telling it costs an activity, an upsert and two Kubernetes
-    writes. A reason that lasts is told by the job watcher after its grace
-    (worker/job_watcher.py, PENDING_REASON_GRACE_SECONDS). An adopted job keeps
-    its reason: it was not just submitted.
-    """
-    if not created or not job.pending:
-        return job
-    return job.model_copy(update={"reason": ""})
 
 
 class PlacementActivities:
@@ -136,11 +120,11 @@ class PlacementActivities:
         verb = "submitted" if submitted.created else "adopted (it already existed)"
         label = {"metadata": {"labels": {keys.LABEL_SLURM_JOB_ID: str(submitted.job_id)}}}
         message = f"Slurm job {submitted.job_id} {verb} in partition {job.partition}"
-        # Nothing orders the labels, the Events and the job's first read: sent together, the
-        # step takes one round trip instead of three (any failure fails the attempt, and
-        # each of them is safe to repeat).
+        # Nothing orders the labels, the Events and an adopted job's read: sent together,
+        # the step takes one round trip instead of several (any failure fails the attempt,
+        # and each of them is safe to repeat).
         read, _, _ = await asyncio.gather(
-            self._read_job(submitted.job_id),
+            self._adopted_job(submitted),
             asyncio.gather(*(self._patch(ref, label) for ref in ordered)),
             asyncio.gather(*(self.kube._event(ref, "SlurmJobSubmitted", message, False) for ref in ordered)),
         )
@@ -150,9 +134,24 @@ class PlacementActivities:
             job_id=submitted.job_id,
             partition=job.partition,
             created=submitted.created,
-            job=first_look(read, created=submitted.created),
+            job=read,
             annotations={pod["metadata"]["uid"]: job_annotations(pod) for pod in pods},
         )
+
+    async def _adopted_job(self, submitted: SubmitResult) -> JobEvent | None:
+        """An adopted job as it is now; None for a job just created (the job watcher reports it).
+
+        slurmctld starts a job in a scheduling pass, never inside the submission (its log
+        shows every start on the main scheduler's tick or in a backfill pass), so a read
+        right after submitting finds the job pending, and its reason (usually Priority,
+        for the moment before the next pass) is no news: a Slurm request for nothing on
+        every placement. An adopted job may be running already, and the job watcher, which
+        tells each placement only what changed, may have told an earlier run of this
+        workflow id about it: that one is read, reason included.
+        """
+        if submitted.created:
+            return None
+        return await self._read_job(submitted.job_id)
 
     async def _bridge_nodes(self) -> list[Json]:
         return await self.nodes.bridge_nodes()

@@ -15,8 +15,8 @@ pod watcher from the pods' job-id label and placement annotation. Each interval:
    from RUNNING to bound);
 3. a `job_changed` signal to the placement named by the job's comment, only
    when the JobEvent differs from what that placement was last told (and not
-   for a first "PENDING, no reason yet": the placement read that itself when
-   it submitted).
+   for a first "PENDING, no reason yet": the placement knows it submitted the
+   job, and that is all such an answer says).
 
 Only jobs of this installation are followed (`placement/<installation>/...@gen`),
 and jobs of the old id format (no `@`), whose comment is their workflow id.
@@ -340,8 +340,8 @@ class JobWatcher:
         if not event.pending:
             self._pending_since.pop(event.job_id, None)
         if key not in self._told and _just_submitted(event):
-            # The placement read its job right after submitting it: "pending, not yet
-            # looked at by the scheduler" is no news, and every signal is a billable action.
+            # The placement knows it submitted the job: "pending, not yet looked at by
+            # the scheduler" is no news, and every signal is a billable action.
             return
         if self._told.get(key) == event:
             if not is_live(event):

@@ -80,6 +80,9 @@ LEAVING_POLL = timedelta(seconds=1)
 KEEP_NEWER_JOB_VIEW = "keep-newer-job-view"
 # The safety re-check backs off while nothing changes: a bound pod costs a few actions a day.
 MAX_RECHECK = timedelta(hours=6)
+# Phases in which a job_changed signal is the latest word on the job for `status`; in
+# Cleaning, Done and Failed the step that ends the placement says how the job ended.
+FOLLOWING_PHASES = frozenset({"Submitted", "Pending", "Running", "Bound"})
 # Slurm away (a step failed as SlurmUnavailable): the placement waits for the Slurm-health
 # gate's `slurm_available` signal. The leader's waker signals again a few seconds after a
 # recovery and looks for waiting placements every 30 s, so this timer is a last resort for a
@@ -140,6 +143,10 @@ class _PlacementFlow(GroupMembers):
     @workflow.signal
     def job_changed(self, event: JobEvent) -> None:
         self.jobs[event.job_id] = event
+        if event.job_id == self.state.job_id and self.state.phase in FOLLOWING_PHASES:
+            # What `status` shows: the step that submitted no longer reads the job, so the
+            # watcher's word is the first one. Query state only: no command depends on it.
+            self.state.job_state = event.summary
         self._changes += 1
 
     @workflow.signal

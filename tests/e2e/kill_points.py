@@ -251,8 +251,8 @@ def arm(kube: FakeKubeServer, namespace: str, point: KillPoint) -> Hold:
         return kube.hold_next("PATCH", pods + "$", body=keys.LABEL_SLURM_JOB_ID, applied=True)
     if point is KillPoint.AFTER_BIND:
         return kube.hold_next("POST", pods + "/binding$", applied=True)
-    # The finalizer's removal: the claim wrote the finalizer long before this is armed.
-    return kube.hold_next("PATCH", pods + "$", body='"finalizers"', applied=False)
+    # The finalizer's removal (a strategic merge patch that takes our entry out of the list).
+    return kube.hold_next("PATCH", pods + "$", body="$deleteFromPrimitiveList/finalizers", applied=False)
 
 
 async def until_slurm(check: Callable[[], object], what: str, timeout: float = SIDE_EFFECT_TIMEOUT) -> None:

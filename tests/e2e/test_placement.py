@@ -429,7 +429,9 @@ async def test_status_of_a_placement_cancelled_while_pending_shows_its_job_cance
     # the placement that its job is CANCELLED: that news must not make the job look as if it had
     # ended by itself (the order CI once met by chance).
     pod_path = f"/api/v1/namespaces/{stack.namespace}/pods/waiting$"
-    last_write = stack.kube.hold_next("PATCH", pod_path, body='"finalizers"', applied=False)
+    last_write = stack.kube.hold_next(
+        "PATCH", pod_path, body="$deleteFromPrimitiveList/finalizers", applied=False
+    )
     await stack.handle(created).cancel()  # what `temporal workflow cancel` does
     await stack.kube.wait_for_async(lambda: last_write.arrived, timeout=30)
     assert "CANCELLED" in await job_states(stack, job_id)

@@ -57,6 +57,37 @@ def test_finalizers_defer_deletion_until_removed(kube_fake: FakeKubeServer, core
     ]
 
 
+def test_a_strategic_patch_takes_the_last_finalizer_out_and_completes_the_deletion(
+    kube_fake: FakeKubeServer, core: Client
+) -> None:
+    """How the bridge drops its finalizer: no read, a uid precondition, the entry named."""
+    body = pod_body("p")
+    body["metadata"]["finalizers"] = ["x/ours"]
+    created = core.create_namespaced_pod("default", body)
+    drop = {"metadata": {"$deleteFromPrimitiveList/finalizers": ["x/ours"], "uid": created.metadata.uid}}
+    other = {"metadata": {"$deleteFromPrimitiveList/finalizers": ["x/ours"], "uid": "a-namesake"}}
+    with pytest.raises(ApiException) as exc:
+        core.patch_namespaced_pod("p", "default", other)
+    assert exc.value.status == 409  # another pod of that name: untouched
+    pending = core.delete_namespaced_pod("p", "default")
+    assert pending.metadata.deletion_timestamp is not None
+    final = core.patch_namespaced_pod("p", "default", drop)
+    assert not final.metadata.finalizers
+    assert kube_fake.get_object("pods", "p", "default") is None
+    assert _events(core, created.metadata.resource_version, 2) == [
+        ("MODIFIED", pending.metadata.resource_version),
+        ("DELETED", final.metadata.resource_version),
+    ]
+
+
+def test_taking_out_a_finalizer_that_is_not_there_changes_nothing(core: Client) -> None:
+    created = core.create_namespaced_pod("default", pod_body("p"))
+    drop = {"metadata": {"$deleteFromPrimitiveList/finalizers": ["x/ours"], "uid": created.metadata.uid}}
+    same = core.patch_namespaced_pod("p", "default", drop)
+    assert same.metadata.resource_version == created.metadata.resource_version  # no write, no event
+    assert not same.metadata.finalizers
+
+
 def test_bound_pod_deletion_gets_grace_period(core: Client) -> None:
     body = pod_body("p", nodeName="n1")
     body["metadata"]["finalizers"] = ["x/y"]

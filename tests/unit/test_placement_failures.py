@@ -17,7 +17,6 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from tenacity import AsyncRetrying, stop_after_delay, wait_fixed
 
 from activities.errors import KUBE_REJECTED, SLURM_UNAVAILABLE
-from activities.placement import first_look
 from bridge.models import (
     BindInput,
     BindResult,
@@ -245,12 +244,3 @@ async def test_a_submission_tried_again_after_being_stuck_looks_for_its_job_firs
     # the activity scheduled after the report must look for the job a lost answer may have created.
     assert stand_ins.prepared[0].recovery is False
     assert stand_ins.prepared[-1].recovery is True
-
-
-def test_a_pending_reason_read_right_after_submitting_is_not_news() -> None:
-    """The watcher tells a reason that lasts (after its grace); the submission's read does not."""
-    just_read = JobEvent(job_id=7, states=["PENDING"], reason="Priority")
-    assert first_look(just_read, created=True).reason == ""
-    # An adopted job was not just submitted: its reason is the placement's to tell.
-    assert first_look(just_read, created=False).reason == "Priority"
-    assert first_look(RUNNING, created=True) == RUNNING
