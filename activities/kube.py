@@ -14,7 +14,15 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.kube_client import MERGE_PATCH, Json, KubeClient, KubeConflict, KubeNotFound, api_path
+from activities.kube_client import (
+    MERGE_PATCH,
+    Json,
+    KubeClient,
+    KubeConflict,
+    KubeError,
+    KubeNotFound,
+    api_path,
+)
 from activities.kube_reader import KubeReader
 from activities.node_source import NODE_NOT_FOUND as NODE_NOT_FOUND  # the v1 workflow's import
 from activities.node_source import ListedNodes, kubernetes_node_names
@@ -26,6 +34,7 @@ from bridge.translate import Defaults, GroupShape, TranslationError, build_job
 # Temporal's activity logger: each line carries the workflow and activity ids.
 log = activity.logger
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
+UNPROCESSABLE = 422  # Invalid: what kube-apiserver answers a write that fails validation
 
 # ApplicationError types the workflow's retry policies treat as final.
 INVALID_POD = "InvalidPod"
@@ -64,12 +73,23 @@ class KubeActivities:
     async def _patch_pod(
         self, ref: PodRef, patch: Json, *, subresource: str | None = None, strategic: bool = False
     ) -> Json:
-        """The pod as the patch left it (the API server answers with it)."""
-        # The uid precondition makes the write fail (409) rather than touch a namesake.
+        """The pod as the patch left it (the API server answers with it).
+
+        The patch carries the pod's uid, so it never touches a namesake (a pod of the same
+        name created after ours was deleted): kube-apiserver builds the patched object and
+        refuses to change its uid, an immutable field (422 Invalid). That is raised as the
+        KubeConflict a uid precondition gives elsewhere (a deletion's, a Binding's), so every
+        caller tells a namesake from its pod the same way: it reads the pod again.
+        """
         path = api_path("pods", namespace=ref.namespace, name=ref.name, subresource=subresource)
         body = {**patch, "metadata": {**patch.get("metadata", {}), "uid": ref.uid}}
         content = STRATEGIC_MERGE if strategic or subresource == "status" else MERGE_PATCH
-        return await self.kube.request("PATCH", path, body=body, content_type=content)
+        try:
+            return await self.kube.request("PATCH", path, body=body, content_type=content)
+        except KubeError as error:
+            if error.status == UNPROCESSABLE and "metadata.uid" in error.message:
+                raise KubeConflict(409, "Conflict", f"another pod of that name: {error.message}") from error
+            raise
 
     async def patch_if_present(
         self, ref: PodRef, patch: Json, *, subresource: str | None = None, strategic: bool = False

@@ -301,7 +301,9 @@ class Store:
     ) -> JSON:
         decoded = patches.decode(content_type, body, custom=rt.custom)
         with self.cond:
-            patched = patches.apply(decoded, self.get(rt, namespace, name))
+            current = self.get(rt, namespace, name)
+            patched = patches.apply(decoded, current)
+            _check_patched_uid(rt, name, current, patched)
             return self.update(rt, namespace, name, patched, mode)
 
     def mutate(
@@ -431,3 +433,22 @@ def _awaits_kubelet(rt: ResourceType, obj: JSON) -> bool:
     if rt.key != ("", "pods") or not (obj.get("spec") or {}).get("nodeName"):
         return False
     return int(meta(obj).get("deletionGracePeriodSeconds") or 0) > 0 and not _terminal(obj)
+
+
+def _check_patched_uid(rt: ResourceType, name: str, current: JSON, patched: JSON) -> None:
+    """A patch that changes the uid fails validation (422), as on kube-apiserver.
+
+    PATCH has no uid precondition: the server builds the new object from the stored
+    one and the patch, compares resourceVersions (a stale one: 409, left to `update`),
+    then validates, and metadata.uid is immutable. PUT is different: its body's uid
+    is a storage precondition (409, "Precondition failed"), checked in `update`.
+    """
+    old_meta, new_meta = meta(current), patched.get("metadata") or {}
+    uid = new_meta.get("uid")
+    if uid in (None, "", old_meta.get("uid")):
+        return
+    if new_meta.get("resourceVersion") not in (None, "", old_meta.get("resourceVersion")):
+        return  # the stale resourceVersion is reported first
+    raise errors.invalid(
+        rt, name, [("metadata.uid", "FieldValueInvalid", f'Invalid value: "{uid}": field is immutable')]
+    )

@@ -173,6 +173,40 @@ def test_put_and_patch_with_stale_resource_version_conflict(core: Client) -> Non
     assert exc.value.status == 400
 
 
+def test_a_foreign_uid_is_a_precondition_for_put_and_immutable_for_patch(core: Client) -> None:
+    """What a write naming another pod's uid gets, as kube-apiserver answers it.
+
+    PUT takes the body's uid as a storage precondition (409 Conflict, "Precondition
+    failed"); PATCH builds the new object from the stored one and the patch, so a
+    different uid fails validation of an immutable field (422 Invalid), unless the
+    patch's resourceVersion is stale, which is checked first (409).
+    """
+    pod = core.create_namespaced_pod("default", pod_body("p", labels={"v": "1"}))
+    pod.metadata.uid = "a-namesake"
+    pod.metadata.resource_version = None
+    with pytest.raises(ApiException) as exc:
+        core.replace_namespaced_pod("p", "default", pod)
+    body = error_body(exc.value)
+    assert (exc.value.status, body["reason"]) == (409, "Conflict")
+    assert "Precondition failed: UID in precondition: a-namesake" in body["message"]
+    for content_type in ("application/merge-patch+json", "application/strategic-merge-patch+json"):
+        with pytest.raises(ApiException) as exc:
+            core.patch_namespaced_pod(
+                "p",
+                "default",
+                {"metadata": {"uid": "a-namesake", "labels": {"v": "2"}}},
+                _content_type=content_type,
+            )
+        body = error_body(exc.value)
+        assert (exc.value.status, body["reason"]) == (422, "Invalid")
+        assert 'metadata.uid: Invalid value: "a-namesake": field is immutable' in body["message"]
+        assert body["details"]["causes"][0]["field"] == "metadata.uid"
+    with pytest.raises(ApiException) as exc:
+        core.patch_namespaced_pod("p", "default", {"metadata": {"uid": "a-namesake", "resourceVersion": "1"}})
+    assert exc.value.status == 409  # the stale resourceVersion is found first
+    assert core.read_namespaced_pod("p", "default").metadata.labels == {"v": "1"}
+
+
 def test_main_resource_writes_ignore_status(core: Client) -> None:
     core.create_namespaced_pod("default", pod_body("p"))
     pod = core.read_namespaced_pod("p", "default")

@@ -68,7 +68,7 @@ def test_a_strategic_patch_takes_the_last_finalizer_out_and_completes_the_deleti
     other = {"metadata": {"$deleteFromPrimitiveList/finalizers": ["x/ours"], "uid": "a-namesake"}}
     with pytest.raises(ApiException) as exc:
         core.patch_namespaced_pod("p", "default", other)
-    assert exc.value.status == 409  # another pod of that name: untouched
+    assert exc.value.status == 422  # another pod of that name: its uid is immutable, it is untouched
     pending = core.delete_namespaced_pod("p", "default")
     assert pending.metadata.deletion_timestamp is not None
     final = core.patch_namespaced_pod("p", "default", drop)

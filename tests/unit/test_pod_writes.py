@@ -1,11 +1,12 @@
 """A 409 is not proof that a pod is gone: the bridge's pod writes tell a namesake from a hiccup.
 
-Each write carries the pod's uid as a precondition, so a pod replaced by a
-namesake answers 409 and is rightly left alone. But an API server also answers
-409 for the pod itself (under load, mid-update); such a write must fail, so the
-activity retries it, instead of being dropped as if the pod were gone (a pod
-never labelled with its job id is never followed by the job watcher, and its
-placement waits forever for a job start it cannot see).
+Each write carries the pod's uid, so a pod replaced by a namesake refuses it (a
+patch: 422, the uid is immutable; a deletion's precondition: 409) and is rightly
+left alone. But an API server also answers 409 for the pod itself (under load,
+mid-update); such a write must fail, so the activity retries it, instead of being
+dropped as if the pod were gone (a pod never labelled with its job id is never
+followed by the job watcher, and its placement waits forever for a job start it
+cannot see).
 """
 
 from collections.abc import AsyncIterator
@@ -61,6 +62,7 @@ async def test_a_namesake_is_left_alone_without_an_error(
     create(kube)  # same name, another uid
     await activities.label_job_id([old], 7)
     await activities.set_unschedulable([old], "Unschedulable", "no")
+    await activities.remove_finalizer([old])
     await activities.delete_pods([old], "SlurmJobEnded", "done")
     assert keys.LABEL_SLURM_JOB_ID not in labels(kube)
     assert kube.get_object("pods", "p", "default") is not None
