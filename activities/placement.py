@@ -25,7 +25,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.dra import DeviceClaims
 from activities.errors import SLURM_UNAVAILABLE, classified, waits_for_slurm
-from activities.kube import BOUND_ELSEWHERE, KubeActivities, now
+from activities.kube import BOUND_ELSEWHERE, UNPROCESSABLE, KubeActivities, now
 from activities.kube_client import Json, KubeConflict, KubeError, KubeNotFound, api_path
 from activities.node_source import (
     ListedNodes,
@@ -173,34 +173,37 @@ class PlacementActivities:
         return await self.slurm.submit_once(job, placement_id, since=since, recovery=recovery)
 
     async def _claim(self, ref: PodRef, placement_id: str) -> Json | None:
-        """Finalizer and placement annotation in one compare-and-swap; None if the pod is not placeable."""
-        for _ in range(CAS_ATTEMPTS):
-            pod = await self.kube.read_pod(ref)
-            if pod is None:
-                return None
-            meta, status = pod["metadata"], pod.get("status") or {}
-            if meta.get("deletionTimestamp") or status.get("phase") in ("Succeeded", "Failed"):
-                return None
-            finalizers = list(meta.get("finalizers") or [])
-            annotations = meta.get("annotations") or {}
-            if keys.FINALIZER in finalizers and annotations.get(keys.ANNOTATION_PLACEMENT) == placement_id:
-                return pod
-            patch = {
-                "metadata": {
-                    "resourceVersion": meta["resourceVersion"],
-                    "finalizers": [*finalizers, keys.FINALIZER]
-                    if keys.FINALIZER not in finalizers
-                    else finalizers,
-                    "annotations": {keys.ANNOTATION_PLACEMENT: placement_id},
-                }
+        """Finalizer and placement annotation in one write; None if the pod is not placeable.
+
+        A strategic-merge patch adds the bridge's entry to the finalizers on the server,
+        so nothing is read first: the pod the patch returns says whether it can be placed
+        (being deleted or finished: the caller takes the finalizer out again). A pod being
+        deleted refuses a finalizer it does not have yet (422): not placeable either.
+        """
+        patch = {
+            "metadata": {
+                "finalizers": [keys.FINALIZER],
+                "annotations": {keys.ANNOTATION_PLACEMENT: placement_id},
             }
-            try:
-                return await self.kube._patch_pod(ref, patch)  # the claimed pod: no need to read it again
-            except KubeNotFound:
+        }
+        try:
+            pod = await self.kube._patch_pod(ref, patch, strategic=True)
+        except KubeNotFound:
+            return None
+        except KubeConflict:
+            # A namesake (ours is gone), or a 409 for the pod itself: only a read tells.
+            if await self.kube.read_pod(ref) is None:
                 return None
-            except KubeConflict:
-                continue  # edited meanwhile: read again
-        raise KubeConflict(409, "Conflict", f"pod {ref.key} kept changing while it was claimed")
+            raise
+        except KubeError as error:
+            if error.status != UNPROCESSABLE:
+                raise
+            # A pod being deleted refuses a new finalizer; any other refusal fails the step.
+            current = await self.kube.read_pod(ref)
+            if current is None or not _placeable(current):
+                return None
+            raise
+        return pod if _placeable(pod) else None
 
     async def _unclaim(self, pods: list[PodRef]) -> None:
         await self.kube.remove_finalizer(pods)
@@ -558,3 +561,9 @@ def _scheduled_reason(pod: Json) -> str | None:
 
 def _running(states: list[str] | None) -> bool:
     return bool(states) and not ENDED_STATES.intersection(states or [])
+
+
+def _placeable(pod: Json) -> bool:
+    """Neither being deleted nor finished."""
+    status = pod.get("status") or {}
+    return not pod["metadata"].get("deletionTimestamp") and status.get("phase") not in ("Succeeded", "Failed")

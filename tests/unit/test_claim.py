@@ -1,0 +1,94 @@
+"""Claiming a pod: the finalizer and the placement annotation in one strategic-merge patch.
+
+Nothing is read first; the pod the patch returns says whether it can be placed. Each
+case runs over real HTTP against the fake API server, which answers as kube-apiserver
+does (a pod being deleted refuses a new finalizer with 422; a patch naming another
+pod's uid fails with 422).
+"""
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from activities.kube import KubeActivities, KubeSettings
+from activities.kube_client import KubeClient, KubeConflict
+from activities.placement import PlacementActivities
+from activities.slurm import SlurmActivities
+from activities.slurm_client import SlurmClient
+from bridge import keys
+from bridge.models import PodRef
+from tests.kube_fake import FakeKubeServer
+from tests.kube_fake.builders import pod_body
+
+POD = r"^/api/v1/namespaces/default/pods/p$"
+PLACEMENT = "placement/slurm-bridge/pod/default/p/u1@u1"
+
+
+@pytest.fixture
+async def steps(client: KubeClient) -> AsyncIterator[PlacementActivities]:
+    # The claim never talks to Slurm: a client with nobody behind it.
+    slurm = SlurmClient("http://127.0.0.1:9", user_name=None, token_file=None)
+    yield PlacementActivities(KubeActivities(client, KubeSettings()), SlurmActivities(slurm))
+    await slurm.close()
+
+
+def create(kube: FakeKubeServer, finalizers: list[str] | None = None) -> PodRef:
+    body = pod_body("p")
+    if finalizers:
+        body["metadata"]["finalizers"] = finalizers
+    pod = kube.create_object("pods", body, "default")
+    return PodRef(namespace="default", name="p", uid=pod["metadata"]["uid"])
+
+
+def stored(kube: FakeKubeServer) -> dict[str, Any]:
+    pod = kube.get_object("pods", "p", "default")
+    assert pod is not None
+    return pod
+
+
+async def test_a_pod_is_claimed_once_however_often_the_step_runs(
+    kube: FakeKubeServer, steps: PlacementActivities
+) -> None:
+    ref = create(kube, ["someone/else"])
+    first = await steps._claim(ref, PLACEMENT)
+    again = await steps._claim(ref, PLACEMENT)
+    assert first is not None
+    assert again is not None
+    meta = stored(kube)["metadata"]
+    assert meta["finalizers"] == ["someone/else", keys.FINALIZER]  # added once, beside the other
+    assert meta["annotations"][keys.ANNOTATION_PLACEMENT] == PLACEMENT
+    assert again["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]  # no second write
+
+
+async def test_a_pod_being_deleted_is_not_claimed(kube: FakeKubeServer, steps: PlacementActivities) -> None:
+    ref = create(kube, ["someone/else"])  # keeps it while it is being deleted
+    kube.delete_object("pods", "p", "default")
+    assert await steps._claim(ref, PLACEMENT) is None
+    assert stored(kube)["metadata"]["finalizers"] == ["someone/else"]  # the server refused ours
+
+
+async def test_a_finished_pod_is_not_claimed(kube: FakeKubeServer, steps: PlacementActivities) -> None:
+    ref = create(kube)
+    kube.set_pod_phase("default", "p", "Succeeded")
+    assert await steps._claim(ref, PLACEMENT) is None
+
+
+async def test_a_namesake_is_neither_claimed_nor_an_error(
+    kube: FakeKubeServer, steps: PlacementActivities
+) -> None:
+    old = create(kube)
+    kube.delete_object("pods", "p", "default")
+    create(kube)
+    assert await steps._claim(old, PLACEMENT) is None
+    assert keys.FINALIZER not in (stored(kube)["metadata"].get("finalizers") or [])
+
+
+async def test_a_conflict_on_the_pod_itself_fails_the_claim_for_a_retry(
+    kube: FakeKubeServer, steps: PlacementActivities
+) -> None:
+    ref = create(kube)
+    kube.fail_next("PATCH", POD, 409, reason="Conflict")
+    with pytest.raises(KubeConflict):
+        await steps._claim(ref, PLACEMENT)
+    assert await steps._claim(ref, PLACEMENT) is not None  # the activity's next attempt
