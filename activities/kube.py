@@ -93,23 +93,22 @@ class KubeActivities:
 
     async def patch_if_present(
         self, ref: PodRef, patch: Json, *, subresource: str | None = None, strategic: bool = False
-    ) -> bool:
-        """Patch the pod; False when it is gone or replaced by a namesake.
+    ) -> Json | None:
+        """The pod as the patch left it; None when it is gone or replaced by a namesake.
 
-        A 409 is not proof that the pod is gone: the uid precondition gives one
-        for a namesake, but an API server under load or in the middle of an
-        update can answer 409 for the pod itself. Only a fresh read decides; a
-        conflict on the pod still there is raised, and the activity retries.
+        A 409 is not proof that the pod is gone: a namesake refuses the pod's uid, but an
+        API server under load or in the middle of an update can answer 409 for the pod
+        itself. Only a fresh read decides; a conflict on the pod still there is raised,
+        and the activity retries.
         """
         try:
-            await self._patch_pod(ref, patch, subresource=subresource, strategic=strategic)
+            return await self._patch_pod(ref, patch, subresource=subresource, strategic=strategic)
         except KubeNotFound:
-            return False
+            return None
         except KubeConflict:
             if await self.read_pod(ref) is None:
-                return False
+                return None
             raise
-        return True
 
     # -- finalizer ---------------------------------------------------------
 

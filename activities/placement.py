@@ -187,23 +187,16 @@ class PlacementActivities:
             }
         }
         try:
-            pod = await self.kube._patch_pod(ref, patch, strategic=True)
-        except KubeNotFound:
-            return None
-        except KubeConflict:
-            # A namesake (ours is gone), or a 409 for the pod itself: only a read tells.
-            if await self.kube.read_pod(ref) is None:
-                return None
-            raise
+            pod = await self.kube.patch_if_present(ref, patch, strategic=True)
         except KubeError as error:
             if error.status != UNPROCESSABLE:
-                raise
+                raise  # a 409 for the pod itself among them: the step's next attempt claims it
             # A pod being deleted refuses a new finalizer; any other refusal fails the step.
             current = await self.kube.read_pod(ref)
             if current is None or not _placeable(current):
                 return None
             raise
-        return pod if _placeable(pod) else None
+        return pod if pod is not None and _placeable(pod) else None
 
     async def _unclaim(self, pods: list[PodRef]) -> None:
         await self.kube.remove_finalizer(pods)

@@ -5,6 +5,7 @@ client over HTTP. Simulated: the Kubernetes API server (tests/kube_fake),
 whose role as kubelet the tests play by setting pod phases.
 """
 
+import asyncio
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -397,17 +398,20 @@ async def test_a_pod_with_the_webhooks_toleration_is_annotated_by_its_binding(
     await stack.wait_pod("tolerant", finished_cleanly)
 
 
-async def told_cancelled(handle: Any) -> bool:
-    """Whether the job watcher has signalled the placement that its job is CANCELLED."""
-    signals = [
-        event.workflow_execution_signaled_event_attributes
-        for event in (await handle.fetch_history()).events
-        if event.HasField("workflow_execution_signaled_event_attributes")
-    ]
-    return any(
-        signal.signal_name == "job_changed" and any(b"CANCELLED" in p.data for p in signal.input.payloads)
-        for signal in signals
-    )
+async def until_told_cancelled(handle: Any, timeout: float = 15) -> None:
+    """Until the job watcher's `job_changed` saying CANCELLED is in the placement's history.
+
+    The history is followed as it grows (the server answers each new event as it is written),
+    so the wait ends on the event itself, not on a poll.
+    """
+    async with asyncio.timeout(timeout):
+        async for event in handle.fetch_history_events(wait_new_event=True):
+            if not event.HasField("workflow_execution_signaled_event_attributes"):
+                continue
+            signal = event.workflow_execution_signaled_event_attributes
+            cancelled = any(b"CANCELLED" in p.data for p in signal.input.payloads)
+            if signal.signal_name == "job_changed" and cancelled:
+                return
 
 
 async def test_status_of_a_placement_cancelled_while_pending_shows_its_job_cancelled(
@@ -435,9 +439,7 @@ async def test_status_of_a_placement_cancelled_while_pending_shows_its_job_cance
     await stack.handle(created).cancel()  # what `temporal workflow cancel` does
     await stack.kube.wait_for_async(lambda: last_write.arrived, timeout=30)
     assert "CANCELLED" in await job_states(stack, job_id)
-    async for attempt in AsyncRetrying(wait=wait_fixed(0.2), stop=stop_after_delay(15), reraise=True):
-        with attempt:  # polled: the watcher's signal is seen only in the history
-            assert await told_cancelled(stack.handle(created))
+    await until_told_cancelled(stack.handle(created))
     last_write.release()
     with pytest.raises(WorkflowFailureError):
         await stack.handle(created).result()
