@@ -91,6 +91,10 @@ SLURM_GATE_PATCH = "slurm-health-gate"
 WAITING_FOR_SLURM = "WaitingForSlurm"  # its PlacementPhase while it waits
 SLURM_WAIT_FIRST = timedelta(minutes=5)
 SLURM_WAIT_MAX = timedelta(minutes=30)
+# Patch: a run whose pods all finished or went before it submitted still runs prepare_and_submit.
+# A reset run told first that its pods finished ended Done before it, leaving the job the earlier
+# run had submitted and the finalizers; the step cancels and drops them.
+GONE_GROUP_PATCH = "gone-group-still-released"
 
 
 class _PlacementFlow(GroupMembers):
@@ -227,10 +231,16 @@ class _PlacementFlow(GroupMembers):
             await workflow.wait_condition(
                 lambda: len(self._live_members()) >= self.request.min_pods or not self._live_members()
             )
-        self.members = {p.uid: p for p in self._live_members()}
-        if not self.members:
+        live = {p.uid: p for p in self._live_members()}
+        if live:
+            self.members = live
+        elif not workflow.patched(GONE_GROUP_PATCH):
             self._set_phase("Done", "every pod of the group was deleted before the group was complete")
             return False
+        # else: no pod left to place, but an earlier run (a reset, a retry) may have claimed them
+        # and submitted. The step still runs: it finds them finished or gone, cancels the jobs of
+        # the placement when told it recovers, and drops the finalizers. Decided without the run
+        # id: an offline replay of a reset run sees the first run's id (tests/histories).
         info = workflow.info()
         # Not the first run of this placement (a reset, or a new generation): a job may exist already.
         recovery = self.request.recovery or info.run_id != info.first_execution_run_id

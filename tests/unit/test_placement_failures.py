@@ -4,12 +4,17 @@ Stand-in activities on the real dev server, with Temporal's time skipping for th
 five-minute bound of a step: the workflow's own decisions, not the I/O, are tested.
 """
 
+import os
 import uuid
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 from temporalio import activity
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
@@ -22,6 +27,7 @@ from bridge.models import (
     BindResult,
     JobEvent,
     PlacementRequest,
+    PlacementState,
     PodEvent,
     PodRef,
     Prepared,
@@ -30,6 +36,7 @@ from bridge.models import (
 )
 from workflows.placement import PlacementWorkflow
 
+HISTORIES = Path(__file__).parent.parent / "histories"
 POD = PodRef(namespace="team-a", name="p", uid="uid-1")
 RUNNING = JobEvent(job_id=7, states=["RUNNING"], nodes=["node-a"])
 
@@ -43,7 +50,11 @@ class StandIns:
         bind_failures_until_told: bool = False,
         slurm_away_for_prepare: int = 0,
         prepare_failures_until_told: bool = False,
+        finished_on_recovery: bool = False,
     ) -> None:
+        # The real step's answer for a pod that finished: on a recovery path it has cancelled
+        # the job an earlier run left and dropped the finalizer (activities/placement.py).
+        self.finished_on_recovery = finished_on_recovery
         self.prepare_failures_until_told = prepare_failures_until_told
         self.reject_prepare = reject_prepare
         self.reject_bind = reject_bind
@@ -58,6 +69,10 @@ class StandIns:
     @activity.defn(name="prepare_and_submit")
     async def prepare_and_submit(self, given: PrepareInput) -> Prepared:
         self.prepared.append(given)
+        if self.finished_on_recovery and given.recovery:
+            return Prepared(
+                submitted=False, pods=given.request.pods, detail=f"pod {POD.key} is gone or finished"
+            )
         if len(self.prepared) <= self.slurm_away_for_prepare:
             raise ApplicationError(
                 "Slurm does not answer: POST /job/submit: ReadTimeout",
@@ -244,3 +259,69 @@ async def test_a_submission_tried_again_after_being_stuck_looks_for_its_job_firs
     # the activity scheduled after the report must look for the job a lost answer may have created.
     assert stand_ins.prepared[0].recovery is False
     assert stand_ins.prepared[-1].recovery is True
+
+
+async def test_a_reset_run_told_first_that_its_pods_finished_still_releases_what_the_first_run_left(
+    temporal_client: Client,
+) -> None:
+    """The pod watcher's word can reach a reset run before its first workflow task.
+
+    The first run was bound and then terminated (no cleanup); the pod finished meanwhile, and
+    the watcher's signal, refused by the terminated run, is delivered to the reset one before
+    it runs. With no live pod left, the run must still run the submitting step as a recovery:
+    that step cancels the job the first run left and takes the finalizer off.
+    """
+    stand_ins = StandIns(finished_on_recovery=True)
+    task_queue = f"failures-{uuid.uuid4().hex[:8]}"
+    workflow_id = f"placement/test/reset-finished/{uuid.uuid4()}"
+    async with Worker(
+        temporal_client,
+        task_queue=task_queue,
+        workflows=[PlacementWorkflow],
+        unsandboxed_workflow_runner=SandboxedWorkflowRunner(),  # the guard production skips
+        activities=stand_ins.all(),
+    ):
+        handle = await temporal_client.start_workflow(
+            PlacementWorkflow.run, request(), id=workflow_id, task_queue=task_queue
+        )
+        async for attempt in AsyncRetrying(wait=wait_fixed(0.2), stop=stop_after_delay(30), reraise=True):
+            with attempt:
+                assert (await handle.query(PlacementWorkflow.current_state)).phase == "Bound"
+    # No worker polls now: the reset run's first task waits until the signal is in its history.
+    await handle.terminate(reason="test: terminated while bound")
+    first_task = next(
+        e.event_id
+        for e in (await handle.fetch_history()).events
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+    )
+    reset = await temporal_client.workflow_service.reset_workflow_execution(
+        ResetWorkflowExecutionRequest(
+            namespace=temporal_client.namespace,
+            workflow_execution=WorkflowExecution(workflow_id=workflow_id),
+            reason="test: reset after terminate",
+            workflow_task_finish_event_id=first_task,
+            request_id=f"reset-{workflow_id}",
+        )
+    )
+    again = temporal_client.get_workflow_handle(workflow_id, run_id=reset.run_id, result_type=PlacementState)
+    await again.signal(
+        PlacementWorkflow.pod_changed, PodEvent(pod=POD, phase="Succeeded", node_name="node-a")
+    )
+    async with Worker(
+        temporal_client,
+        task_queue=task_queue,
+        workflows=[PlacementWorkflow],
+        unsandboxed_workflow_runner=SandboxedWorkflowRunner(),
+        activities=stand_ins.all(),
+    ):
+        state = await again.result()
+    if os.environ.get("SLURM_BRIDGE_RECORD_HISTORY"):
+        # The reset run's history (tests/unit/test_replay.py replays every golden one).
+        history = await again.fetch_history()
+        (HISTORIES / "placement-v3-reset-pods-finished.json").write_text(history.to_json())
+    assert [given.recovery for given in stand_ins.prepared] == [False, True]
+    assert stand_ins.prepared[-1].request.pods == [POD]
+    assert (state.phase, state.history[-1].detail) == (
+        "Done",
+        f"nothing to place: pod {POD.key} is gone or finished",
+    )

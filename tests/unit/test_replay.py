@@ -1,7 +1,8 @@
 """Workflow upgrades must not break placements in flight.
 
-Each golden history is a real placement recorded by tests/e2e/test_placement.py or
-test_slurm_outage.py with SLURM_BRIDGE_RECORD_HISTORY=1, one set per workflow type
+Each golden history is a real placement recorded by tests/e2e/test_placement.py,
+test_slurm_outage.py or (a reset run, on stand-in activities)
+tests/unit/test_placement_failures.py with SLURM_BRIDGE_RECORD_HISTORY=1, one set per workflow type
 (`placement-v1-*`: PlacementWorkflow, `placement-v2-*`: Placement, `placement-v3-*`:
 PlacementV3). Replaying them with today's code fails with a NondeterminismError when a
 change alters the commands an existing history expects: gate such changes with
