@@ -87,7 +87,7 @@ from bench.probes import (
     step_durations,
 )
 from bench.reference import ReferenceRun, run_reference
-from bench.slurm import LISTING, ActivitySlurm, WatcherSlurm, running_times
+from bench.slurm import LISTING, ActivitySlurm, SchedulerPass, WatcherSlurm, running_times, start_passes
 from bridge import keys
 from bridge import search_attributes as sa
 from bridge.models import PodRef
@@ -205,6 +205,7 @@ class Results:
     hold_actions: dict[str, float] = field(default_factory=dict)
     latencies: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # phase → figure → s
     running_from_log: dict[str, tuple[int, int]] = field(default_factory=dict)  # phase → (found, jobs)
+    passes: dict[str, list[SchedulerPass]] = field(default_factory=dict)  # phase → slurmctld's passes
     # phase → jobs first seen RUNNING by the watcher
     via_watcher: dict[str, int] = field(default_factory=dict)
     reasons: dict[str, Counter[str]] = field(default_factory=dict)  # phase → pending reasons read, by job
@@ -779,6 +780,7 @@ class Bench:
         ids = [t.job_id for t in placed if t.job_id is not None]
         started = running_times(self.bed, ids)
         r.running_from_log[phase] = (len(started), len(ids))
+        r.passes[phase] = start_passes(self.bed, ids)
         lat: dict[str, list[float]] = {key: [] for _, key in LATENCY_ROWS}
         via_watcher = 0
 
@@ -1002,6 +1004,27 @@ def latency_table(r: Results, add: Callable[[str], None], phase: str, title: str
             add(f"    {label:<40} " + " ".join(f"{fmt_ms(v):>7}" for v in cells) + f" {len(values):>5}")
 
 
+def pass_summary(passes: Sequence[SchedulerPass], concurrency: int) -> dict[str, Any] | None:
+    """How often slurmctld's passes started the run's jobs, and the rate that allows a closed loop.
+
+    A pod waiting to be bound is started by one pass, and its slot's next pod only after it is
+    bound: at most one start per slot per pass. `None` for fewer than two passes (no interval).
+    """
+    if len(passes) < 2:
+        return None
+    per_second = (len(passes) - 1) / (passes[-1].at - passes[0].at)
+    jobs = sum(p.jobs for p in passes)
+    return {
+        "passes": len(passes),
+        "main": sum(p.scheduler == "main" for p in passes),
+        "backfill": sum(p.scheduler == "backfill" for p in passes),
+        "jobs_per_pass": jobs / len(passes),
+        "per_second": per_second,
+        "ceiling": concurrency * per_second,
+        "fill": jobs / len(passes) / concurrency,
+    }
+
+
 def report_batch(r: Results, add: Callable[[str], None]) -> None:
     o = r.options
     n = len(r.burst.pods) or 1
@@ -1012,6 +1035,16 @@ def report_batch(r: Results, add: Callable[[str], None]) -> None:
         ratio = rate / r.reference.rate if r.reference.rate else 0.0
         add(f"  {'reference workflows/s (3 no-op activities + 1 signal)':<56} {r.reference.rate:7.2f}")
         add(f"  {'ratio placement / reference (same server, same batch)':<56} {ratio:7.2f}")
+    if summary := pass_summary(r.passes.get("burst", []), o.concurrency):
+        add(
+            f"  slurmctld started the burst's jobs in {summary['passes']} scheduling passes "
+            f"(main {summary['main']}, backfill {summary['backfill']}), "
+            f"{summary['jobs_per_pass']:.1f} jobs per pass, {summary['per_second']:.2f} passes/s"
+        )
+        add(
+            f"  closed loop: a pass starts at most the {o.concurrency} pods waiting, so at most "
+            f"{summary['ceiling']:.1f} placements/s at these passes; they were {summary['fill']:.0%} full"
+        )
     add("")
     latency_table(r, add, "burst", f"Latency at saturation (<= {o.concurrency} waiting), ms")
     if r.reference:
@@ -1338,6 +1371,9 @@ def to_json(r: Results) -> dict[str, Any]:
             for phase, steps in r.steps.items()
         },
         "running_from_log": r.running_from_log,
+        "slurm_passes": {
+            phase: pass_summary(passes, r.options.concurrency) for phase, passes in r.passes.items()
+        },
         "via_watcher": r.via_watcher,
         "pending_reasons_read": {phase: dict(c) for phase, c in r.reasons.items()},
         "budget": {

@@ -5,12 +5,14 @@
   path with ids folded), with response bytes and time to headers; a listing of
   every job (`GET /jobs/`) is one operation of its own, so it is never hidden.
 * `running_times` reads when slurmctld started each job from its log
-  (`LogTimeFormat=iso8601_ms`: milliseconds, on the same machine clock).
+  (`LogTimeFormat=iso8601_ms`: milliseconds, on the same machine clock), and
+  `scheduler_passes` groups those starts into slurmctld's scheduling passes.
 """
 
 import asyncio
 import time
 from collections.abc import Collection, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from activities.slurm_client import JOB_STATE_CHUNK, SlurmClient
@@ -103,3 +105,49 @@ def running_times(bed: SlurmTestBed, job_ids: Iterable[int]) -> dict[int, float]
     except OSError:
         return {}
     return {job_id: at.timestamp() for job_id, at in starts.items()}
+
+
+# Starts logged this close together came from one scheduling pass (a pass over a few hundred
+# pending jobs takes a few ms on the bed; passes are a second or ~0.3 s apart).
+SAME_PASS_SECONDS = 0.05
+
+
+@dataclass
+class SchedulerPass:
+    """One slurmctld scheduling pass that started some of the run's jobs."""
+
+    at: float  # Unix time of its first start
+    jobs: int
+    scheduler: str  # "main" or "backfill"
+    last: float = 0.0  # its latest start so far
+
+    def __post_init__(self) -> None:
+        self.last = self.last or self.at
+
+
+def scheduler_passes(starts: Iterable[tuple[float, str]]) -> list[SchedulerPass]:
+    """Job starts (time, scheduler) grouped into the passes that made them, in time order.
+
+    slurmctld starts a submitted job only in a scheduling pass: the main scheduler's, which its
+    background loop runs on whole seconds (`_slurmctld_background` waits until the next second,
+    then runs `schedule()` for the jobs queued meanwhile), or a backfill pass (every
+    `bf_interval`). A pod therefore waits for the next pass after its job is submitted.
+    """
+    passes: list[SchedulerPass] = []
+    for at, scheduler in sorted(starts):
+        current = passes[-1] if passes else None
+        if current is not None and current.scheduler == scheduler and at - current.last <= SAME_PASS_SECONDS:
+            current.jobs += 1
+            current.last = at
+        else:
+            passes.append(SchedulerPass(at=at, jobs=1, scheduler=scheduler))
+    return passes
+
+
+def start_passes(bed: SlurmTestBed, job_ids: Iterable[int]) -> list[SchedulerPass]:
+    """The passes that started these jobs, from slurmctld's log; empty when it cannot be read."""
+    try:
+        starts = bed.job_starts(job_ids)
+    except OSError:
+        return []
+    return scheduler_passes((at.timestamp(), scheduler) for at, scheduler in starts.values())

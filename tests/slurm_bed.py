@@ -548,13 +548,18 @@ class SlurmTestBed:
 
     def job_start_times(self, job_ids: Iterable[int]) -> dict[int, datetime]:
         """When slurmctld started these jobs, to the millisecond, from its log (absent: not started)."""
+        return {job_id: at for job_id, (at, _) in self.job_starts(job_ids).items()}
+
+    def job_starts(self, job_ids: Iterable[int]) -> dict[int, tuple[datetime, str]]:
+        """When and by which scheduler ("main" or "backfill") slurmctld started these jobs."""
         wanted = set(job_ids)
-        starts: dict[int, datetime] = {}
+        starts: dict[int, tuple[datetime, str]] = {}
         with self.slurmctld_log.open(errors="replace") as log:
             for line in log:
                 match = JOB_START_LINE.match(line)
                 if match and (job_id := int(match["main"] or match["backfill"])) in wanted:
-                    starts[job_id] = datetime.fromisoformat(match["time"]).replace(tzinfo=UTC)
+                    at = datetime.fromisoformat(match["time"]).replace(tzinfo=UTC)
+                    starts[job_id] = (at, "main" if match["main"] else "backfill")
         return starts
 
     @property

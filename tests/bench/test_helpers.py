@@ -11,6 +11,7 @@ from bench.placement import (
     BUDGET_ACTIONS,
     budget_line,
     parse,
+    pass_summary,
     placement_rate,
     recheck_day,
     stats_delta,
@@ -23,7 +24,7 @@ from bench.probes import (
     split_history,
     step_durations,
 )
-from bench.slurm import _note_reason
+from bench.slurm import SchedulerPass, _note_reason, scheduler_passes
 from bridge import keys
 from bridge.slurm_api.v0044 import V0044JobInfo
 
@@ -224,3 +225,45 @@ def test_a_local_bind_is_one_action_per_workflow_task_and_its_task_is_timed() ->
     steps = step_durations(history)
     assert abs(steps["task_with_local_bind"] - 0.110) < 1e-6
     assert "task_to_bind" not in steps
+
+
+def test_job_starts_are_grouped_into_the_scheduling_passes_that_made_them() -> None:
+    starts = [
+        (10.700, "backfill"),
+        (10.701, "backfill"),
+        (10.790, "backfill"),  # 89 ms after the first, 89 after the previous: a pass of its own
+        (11.000, "main"),
+        (11.020, "main"),
+        (11.030, "backfill"),  # as close, but another scheduler
+        (11.700, "backfill"),
+    ]
+    passes = scheduler_passes(reversed(starts))  # the log's order does not matter
+    assert [(p.at, p.jobs, p.scheduler) for p in passes] == [
+        (10.700, 2, "backfill"),
+        (10.790, 1, "backfill"),
+        (11.000, 2, "main"),
+        (11.030, 1, "backfill"),
+        (11.700, 1, "backfill"),
+    ]
+
+
+def test_a_pass_may_take_longer_than_the_gap_that_separates_passes() -> None:
+    # 40 ms between consecutive starts, 160 ms from first to last: one pass.
+    passes = scheduler_passes((10.0 + 0.04 * i, "main") for i in range(5))
+    assert [(p.jobs, p.last) for p in passes] == [(5, 10.16)]
+
+
+def test_the_closed_loop_ceiling_is_the_slots_times_the_passes_per_second() -> None:
+    passes = [SchedulerPass(at=float(t), jobs=20, scheduler="backfill") for t in (100, 101, 102, 103, 104)]
+    passes[2].scheduler = "main"
+    summary = pass_summary(passes, concurrency=20)
+    assert summary == {
+        "passes": 5,
+        "main": 1,
+        "backfill": 4,
+        "jobs_per_pass": 20.0,
+        "per_second": 1.0,
+        "ceiling": 20.0,
+        "fill": 1.0,
+    }
+    assert pass_summary(passes[:1], concurrency=20) is None
