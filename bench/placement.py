@@ -180,6 +180,21 @@ class Results:
     idle: Phase = field(default_factory=Phase)  # bridge running, no placement: the background
     hold: Phase = field(default_factory=Phase)
     reference: ReferenceRun | None = None
+    # The same reference run before the burst too: the machine's speed drifts within a run
+    # (a 2 vCPU VM's reference rate moved 44-60/s between runs, its CPU per workflow with it),
+    # and the ratio is taken against the mean of both sides of the placements.
+    reference_before: ReferenceRun | None = None
+
+    @property
+    def reference_rate(self) -> float | None:
+        rates = [run.rate for run in (self.reference_before, self.reference) if run is not None and run.rate]
+        return sum(rates) / len(rates) if rates else None
+
+    @property
+    def ratio(self) -> float | None:
+        reference = self.reference_rate
+        return (self.burst.rate or 0.0) / reference if reference else None
+
     reference_cpu: dict[str, float | None] = field(default_factory=dict)
     costs: list[HistoryCost] = field(default_factory=list)  # per placement, hold window left out
     paced_costs: list[HistoryCost] = field(default_factory=list)
@@ -198,6 +213,7 @@ class Results:
     slurm_hold: RequestStats = field(default_factory=RequestStats)  # the watcher while holding
     watcher_passes_hold: int = 0
     kube_requests: Counter[str] = field(default_factory=Counter)
+    kube_seconds: dict[str, float] = field(default_factory=dict)  # by operation, summed
     server_actions: dict[str, float] = field(default_factory=dict)
     server_requests: dict[str, float] = field(default_factory=dict)
     server_not_found: dict[str, float] = field(default_factory=dict)
@@ -525,6 +541,11 @@ class Bench:
     async def run_batch(self) -> None:
         o, r = self.o, self.results
         await self.warm_up()
+        if o.reference:
+            say(f"reference before the burst: {o.reference} workflows")
+            r.reference_before = await run_reference(
+                self.temporal, f"{self.task_queue}-reference-before", o.reference, o.concurrency
+            )
         await self.idle(5.0)
 
         say(f"burst: {o.pods} pods, at most {o.concurrency} waiting to be bound")
@@ -579,6 +600,7 @@ class Bench:
         r.slurm_activities = self.activity_slurm.counter.stats.snapshot()
         r.slurm_watcher = self.watcher_slurm.counter.stats.snapshot()
         r.kube_requests = Counter(self.kube_client.requests)
+        r.kube_seconds = dict(self.kube_client.seconds)
         r.server_actions = metric_delta(metrics_after, metrics_before, "action", "action_type")
         r.server_requests = metric_delta(
             metrics_after, metrics_before, "service_requests", "operation", service_name="frontend"
@@ -738,6 +760,7 @@ class Bench:
         r.slurm_activities = self.activity_slurm.counter.stats.snapshot()
         r.slurm_watcher = self.watcher_slurm.counter.stats.snapshot()
         r.kube_requests = Counter(self.kube_client.requests)
+        r.kube_seconds = dict(self.kube_client.seconds)
         self.placing = False
         r.pending_reasons = await self.pending_reasons([t for t in r.whole.pods])
         starts = running_times(self.bed, [t.job_id for t in r.paced.pods if t.job_id])
@@ -1032,9 +1055,12 @@ def report_batch(r: Results, add: Callable[[str], None]) -> None:
     add("Throughput")
     add(f"  {'placements/s (first pod created -> last pod bound)':<56} {rate:7.2f}")
     if r.reference:
-        ratio = rate / r.reference.rate if r.reference.rate else 0.0
-        add(f"  {'reference workflows/s (3 no-op activities + 1 signal)':<56} {r.reference.rate:7.2f}")
-        add(f"  {'ratio placement / reference (same server, same batch)':<56} {ratio:7.2f}")
+        before = f"before {r.reference_before.rate:.2f}, " if r.reference_before else ""
+        add(
+            f"  {'reference workflows/s (3 no-op activities + 1 signal)':<56} {r.reference_rate or 0.0:7.2f}"
+            f"  ({before}after {r.reference.rate:.2f})"
+        )
+        add(f"  {'ratio placement / reference (same server, same batch)':<56} {r.ratio or 0.0:7.2f}")
     if summary := pass_summary(r.passes.get("burst", []), o.concurrency):
         add(
             f"  slurmctld started the burst's jobs in {summary['passes']} scheduling passes "
@@ -1239,10 +1265,11 @@ def watcher_second(r: Results, add: Callable[[str], None]) -> None:
 
 
 def kube_rows(r: Results, n: int, add: Callable[[str], None]) -> None:
-    add("Kubernetes API, the bridge's requests per placement (watches left out)")
+    add("Kubernetes API, the bridge's requests per placement (watches left out), mean time per request")
     rows = [(op, count) for op, count in r.kube_requests.most_common() if not op.endswith("(watch)")]
     for operation, count in rows:
-        add(f"  {operation:<56} {count / n:6.2f}")
+        mean_ms = r.kube_seconds.get(operation, 0.0) / count * 1000
+        add(f"  {operation:<56} {count / n:6.2f}  {mean_ms:7.1f} ms")
     add(f"  {'total':<56} {sum(count for _, count in rows) / n:6.2f}")
     add("")
 
@@ -1359,8 +1386,10 @@ def to_json(r: Results) -> dict[str, Any]:
         "environment": r.environment,
         "slurm_jobs_at_start": r.slurm_jobs_at_start,
         "placement_rate": r.burst.rate,
-        "reference_rate": r.reference.rate if r.reference else None,
-        "ratio": (r.burst.rate or 0.0) / r.reference.rate if r.reference and r.reference.rate else None,
+        "reference_rate": r.reference_rate,
+        "reference_rate_before": r.reference_before.rate if r.reference_before else None,
+        "reference_rate_after": r.reference.rate if r.reference else None,
+        "ratio": r.ratio,
         "paced_rate": r.paced_rate,
         "latencies_ms": {
             phase: {key: quantiles(values) for key, values in lat.items()}
@@ -1417,6 +1446,11 @@ def to_json(r: Results) -> dict[str, Any]:
         },
         "kube_requests_per_placement": {
             op: count / n for op, count in r.kube_requests.items() if not op.endswith("(watch)")
+        },
+        "kube_ms_per_request": {
+            op: r.kube_seconds.get(op, 0.0) / count * 1000
+            for op, count in r.kube_requests.items()
+            if not op.endswith("(watch)")
         },
         "cpu": {
             "idle": r.idle.cpu,
