@@ -35,7 +35,7 @@ from activities.node_source import (
     with_departed_nodes,
 )
 from activities.pod_group_status import set_scheduled
-from activities.slurm import ENDED_STATES, SlurmActivities, job_event
+from activities.slurm import ENDED_STATES, SlurmActivities, job_event, placement_of
 from activities.slurm_client import SlurmNotFound, SlurmRejected
 from activities.slurm_health import SlurmHealth
 from bridge import hostlist, keys
@@ -211,7 +211,8 @@ class PlacementActivities:
         # The job decides; the pods are read beside it (bind is called once the job was seen
         # running, so the reads are rarely wasted) and bound from these reads.
         job, reads = await asyncio.gather(
-            self._read_job(given.job_id), asyncio.gather(*(self.kube.read_pod(ref) for ref in given.pods))
+            self._read_job(given.job_id, given.placement_id),
+            asyncio.gather(*(self.kube.read_pod(ref) for ref in given.pods)),
         )
         if not job.running or len(job.nodes) < len(given.pods):
             return BindResult(job=job)
@@ -520,11 +521,28 @@ class PlacementActivities:
     async def tell_pods(self, pods: list[PodRef], reason: str, message: str, warning: bool) -> None:
         await self.kube.record_event(pods, reason, message, warning)
 
-    async def _read_job(self, job_id: int) -> JobEvent:
+    async def _read_job(self, job_id: int, placement_id: str = "") -> JobEvent:
+        """The job as Slurm has it now; gone when Slurm does not know it, or (given a placement
+        id) when the id names another job: Slurm's state was wiped and the id handed out again.
+
+        The job watcher tells a placement that its job started from the state probe alone
+        when it never read the job (it started within the pending grace), so this read, the
+        one the bind step makes anyway, is where the job's comment is checked.
+        """
         try:
-            return job_event(await self.slurm.slurm.get_job(job_id))
+            job = await self.slurm.slurm.get_job(job_id)
         except SlurmNotFound:
             return JobEvent(job_id=job_id, states=[], gone=True)
+        if placement_id and (comment := placement_of(job)) != placement_id:
+            log.warning(
+                "Slurm job %s belongs to %s, not to placement %s: taken as gone",
+                job_id,
+                comment or "no placement",
+                placement_id,
+                extra={"job_id": job_id},
+            )
+            return JobEvent(job_id=job_id, states=[], gone=True)
+        return job_event(job)
 
     async def _patch(self, ref: PodRef, patch: Json, *, subresource: str | None = None) -> None:
         if not await self.kube.patch_if_present(ref, patch, subresource=subresource):

@@ -335,6 +335,8 @@ class BindInput(Frozen):
     scheduler_name: str = ""
     # Bind even though pods of an ended bridge job still terminate on the nodes (waited long enough).
     force: bool = False
+    # The placement whose job this must be (its comment); "" (placements before it): not checked.
+    placement_id: str = ""
 
 
 class BindResult(Frozen):

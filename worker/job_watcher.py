@@ -10,9 +10,12 @@ pod watcher from the pods' job-id label and placement annotation. Each interval:
    that Slurm no longer knows, that is new to the watcher, or that is pending
    and due for a refresh (its pending reason is not part of the state answer);
    except a job seen pending that now runs: the probe's state is the news, and
-   the placement's bind step reads the job (its nodes) anyway, so the watcher
-   does not read it first (one Slurm request less on every placement's path
-   from RUNNING to bound);
+   the placement's bind step reads the job (its nodes and comment) anyway, so
+   the watcher does not read it first (one Slurm request less on every
+   placement's path from RUNNING to bound); and a job new to the watcher that
+   is pending: it is first read once it has waited `pending_reason_grace`, since
+   a reason read sooner would not be told (Slurm starts most jobs in its next
+   pass, and those are never read while pending);
 3. a `job_changed` signal to the placement named by the job's comment, only
    when the JobEvent differs from what that placement was last told (and not
    for a first "PENDING, no reason yet": the placement knows it submitted the
@@ -93,6 +96,8 @@ class _Seen:
     refresh_every: float = PENDING_REFRESH_SECONDS  # while pending with an unchanged reason
     restarts: int = 0  # Slurm's restart_cnt at the last full read
     placement: str | None = None  # the placement its comment named at the last full read
+    # Probed pending, never read yet (placement: what its pods name, the comment unchecked).
+    unread: bool = False
 
 
 class JobWatcher:
@@ -141,7 +146,7 @@ class JobWatcher:
         self._told: dict[str, JobEvent] = {}
         self._closed: dict[str, JobEvent] = {}  # key → what found its placement closed
         self._probed_at: dict[int, float] = {}  # job id → when its state was last asked
-        self._pending_since: dict[int, float] = {}  # job id → when first seen pending with a reason
+        self._pending_since: dict[int, float] = {}  # job id → when first seen pending
         self._withheld: set[int] = set()  # pending reasons not yet told: re-read soon
         self._retrying = AsyncRetrying(
             retry=retry_if_exception_type(Exception),
@@ -235,10 +240,12 @@ class JobWatcher:
     def _to_read(self, followed: Mapping[int, str], states: Mapping[int, list[str]], now: float) -> list[int]:
         changed: list[int] = []
         pending: list[tuple[float, int]] = []
-        for job_id in followed:
+        for job_id, placement_id in followed.items():
             state = states.get(job_id)
             seen = self._seen.get(job_id)
-            if seen is None or seen.states != state:
+            if self._read_later(job_id, placement_id, seen, state, now):
+                continue
+            if seen is None or seen.states != state or seen.unread:
                 changed.append(job_id)
             elif state is not None and "PENDING" in state:
                 # The reason is set by the scheduler's first look at the job: soon.
@@ -249,14 +256,34 @@ class JobWatcher:
         pending.sort()
         return changed + [job_id for _, job_id in pending[:MAX_REFRESHES]]
 
-    def _started(self, changed: list[int], states: Mapping[int, list[str]]) -> list[int]:
-        """Jobs last read pending that the probe now finds running: told without a read.
+    def _read_later(
+        self, job_id: int, placement_id: str, seen: _Seen | None, state: list[str] | None, now: float
+    ) -> bool:
+        """A job new to the watcher that is pending: not read before it has waited the grace.
 
-        The full read that saw them pending also checked that each is the bridge's job (its
-        comment), and carried its restart count; the bind step reads the job again for its
-        nodes. Any other change (an end, a requeue, a job new to the watcher) is read, and so
-        is every job of the old id format: its placement runs the first workflow
-        (workflows/placement_v1.py), which takes the nodes from the signal.
+        Its pending reason would be withheld that long anyway (see `_signal`), and Slurm starts
+        most jobs in its next scheduling pass: those are told from the probe alone when they
+        start (`_started`), and never read while pending.
+        """
+        fresh = seen is None or (seen.unread and seen.states == state)
+        if not fresh or state is None or "PENDING" not in state:
+            return False
+        since = self._pending_since.setdefault(job_id, now)
+        if now - since >= self.pending_reason_grace:
+            return False
+        if seen is None:
+            self._seen[job_id] = _Seen(state, 0.0, placement=placement_id, unread=True)
+        return True
+
+    def _started(self, changed: list[int], states: Mapping[int, list[str]]) -> list[int]:
+        """Jobs last seen pending that the probe now finds running: told without a read.
+
+        A full read that saw them pending checked that each is the bridge's job (its
+        comment) and carried its restart count; a job that started before it was ever read
+        is named by its pods, and the bind step, which reads the job for its nodes, checks
+        its comment against the placement. Any other change (an end, a requeue, a job new to
+        the watcher) is read, and so is every job of the old id format: its placement runs
+        the first workflow (workflows/placement_v1.py), which takes the nodes from the signal.
         """
         started = []
         for job_id in changed:
@@ -273,6 +300,7 @@ class JobWatcher:
         seen = self._seen[job_id]
         event = JobEvent(job_id=job_id, states=state, restarts=seen.restarts)
         self._seen[job_id] = _Seen(state, seen.read_at, restarts=seen.restarts, placement=seen.placement)
+        self._pending_since.pop(job_id, None)
         self.started_unread += 1
         if seen.placement is not None and self._ours(seen.placement):
             self._signal(workflow_id_of(seen.placement), event)

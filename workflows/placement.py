@@ -313,7 +313,12 @@ class _PlacementFlow(GroupMembers):
             if job is not None and job.running:
                 result: BindResult = await self._step(
                     PlacementActivities.bind,
-                    BindInput(pods=self._pods(), job_id=job_id, force=self._waited_for_leaving_pods()),
+                    BindInput(
+                        pods=self._pods(),
+                        job_id=job_id,
+                        force=self._waited_for_leaving_pods(),
+                        placement_id=self.placement_id(),
+                    ),
                     summary=f"bind to the nodes of Slurm job {job_id}",
                     local=self.bind_locally,
                 )
@@ -617,9 +622,15 @@ class _PlacementFlow(GroupMembers):
         self._set_phase("Failed", message)
         workflow.upsert_search_attributes([sa.PLACEMENT_PHASE.value_set("Failed")])
         live = self._job_live()
-        await self._give_back(reason, message, cancel_job=True, warning=True, condition=True)
+        # A job known gone is not cancelled: its id may name another job now (a wiped Slurm).
+        await self._give_back(reason, message, cancel_job=not self._job_gone(), warning=True, condition=True)
         self._note_job_end("placement failed", cancelled_here=live)
         raise ApplicationError(message, type=reason, non_retryable=True)
+
+    def _job_gone(self) -> bool:
+        """Whether Slurm no longer knows the placement's job (or its id names another job)."""
+        job = self.jobs.get(self.state.job_id) if self.state.job_id is not None else None
+        return job is not None and job.gone
 
     def _job_live(self) -> bool:
         """Whether the placement holds a job that, as far as it knows, has not ended."""

@@ -472,3 +472,62 @@ async def test_a_pending_job_whose_reason_stays_the_same_is_re_read_less_and_les
     assert [told.reason for told in await placements.told(placement)] == ["JobHeldUser", "JobHeldAdmin"]
     assert reads_at[1] - reads_at[0] == 10.0  # the first interval again, not the 40 s reached before
     await slurm.cancel_job(job_id)
+
+
+async def test_a_job_that_starts_within_the_grace_is_told_from_the_probe_and_never_read(
+    slurm: SlurmClient,
+    slurm_bed: SlurmTestBed,
+    slurm_partition: MakePartition,
+    temporal_client: Client,
+    placements: Placements,
+    requests: Requests,
+) -> None:
+    """Most jobs start in Slurm's next pass: reading them while pending would tell nobody anything."""
+    partition = slurm_partition()
+    placement_id, pod = placements.new_id()
+    placement = await placements.start(placement_id)
+    job_id = await bridge_job(slurm, partition.name, placement_id, pod, hold=True)
+    jobs = LiveJobs()
+    jobs.track(job_id, placement_id)
+    clock = Clock()
+    watcher = watcher_for(slurm, temporal_client, jobs, clock, pending_reason_grace=3.0)
+    requests.take()
+
+    await one_pass(watcher)
+    clock.now += 2.9
+    await one_pass(watcher)
+    assert requests.take() == ["GET /jobs/state/", "GET /jobs/state/"]  # probed, not read
+    assert await placements.told(placement) == []
+
+    await asyncio.to_thread(slurm_bed.scontrol, "release", str(job_id))
+    await poll_until(watcher, lambda: watcher.signals == 1, "told RUNNING")
+    [running] = await placements.told(placement)
+    assert (running.job_id, running.states) == (job_id, ["RUNNING"])
+    assert (watcher.job_gets, watcher.started_unread) == (0, 1)
+    await slurm.cancel_job(job_id)
+
+
+async def test_a_job_pending_past_the_grace_is_read_once_and_its_reason_told_at_once(
+    slurm: SlurmClient,
+    slurm_partition: MakePartition,
+    temporal_client: Client,
+    placements: Placements,
+    requests: Requests,
+) -> None:
+    partition = slurm_partition()
+    placement_id, pod = placements.new_id()
+    placement = await placements.start(placement_id)
+    job_id = await bridge_job(slurm, partition.name, placement_id, pod, hold=True)
+    jobs = LiveJobs()
+    jobs.track(job_id, placement_id)
+    clock = Clock()
+    watcher = watcher_for(slurm, temporal_client, jobs, clock, pending_reason_grace=3.0)
+    requests.take()
+
+    await one_pass(watcher)  # first sight, pending: the grace starts
+    clock.now += 3.0
+    await one_pass(watcher)  # waited the grace: read, and the reason is news at once
+    assert requests.take() == ["GET /jobs/state/", "GET /jobs/state/", "GET /job/{}"]
+    [pending] = await placements.told(placement)
+    assert (pending.states, pending.reason) == (["PENDING"], "JobHeldUser")
+    await slurm.cancel_job(job_id)

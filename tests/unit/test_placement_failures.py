@@ -51,7 +51,10 @@ class StandIns:
         slurm_away_for_prepare: int = 0,
         prepare_failures_until_told: bool = False,
         finished_on_recovery: bool = False,
+        bind_finds_another_job: bool = False,
     ) -> None:
+        # The bind step's answer when the job id names another placement's job (a wiped Slurm).
+        self.bind_finds_another_job = bind_finds_another_job
         # The real step's answer for a pod that finished: on a recovery path it has cancelled
         # the job an earlier run left and dropped the finalizer (activities/placement.py).
         self.finished_on_recovery = finished_on_recovery
@@ -92,6 +95,9 @@ class StandIns:
     @activity.defn(name="bind")
     async def bind(self, given: BindInput) -> BindResult:
         self.bind_attempts += 1
+        assert given.placement_id.endswith(f"@{POD.uid}")  # the job's comment must name it
+        if self.bind_finds_another_job:
+            return BindResult(job=JobEvent(job_id=given.job_id, states=[], gone=True))
         if self.reject_bind:
             raise ApplicationError(
                 "Kubernetes API 403 Forbidden: pods/binding is forbidden",
@@ -325,3 +331,29 @@ async def test_a_reset_run_told_first_that_its_pods_finished_still_releases_what
         "Done",
         f"nothing to place: pod {POD.key} is gone or finished",
     )
+
+
+async def test_a_job_id_that_names_another_job_fails_the_placement_without_cancelling_that_job(
+    temporal_client: Client,
+) -> None:
+    stand_ins = StandIns(bind_finds_another_job=True)
+    task_queue = f"failures-{uuid.uuid4().hex[:8]}"
+    async with Worker(
+        temporal_client,
+        task_queue=task_queue,
+        workflows=[PlacementWorkflow],
+        unsandboxed_workflow_runner=SandboxedWorkflowRunner(),  # the guard production skips
+        activities=stand_ins.all(),
+    ):
+        handle = await temporal_client.start_workflow(
+            PlacementWorkflow.run,
+            request(),
+            id=f"placement/test/another/{uuid.uuid4()}",
+            task_queue=task_queue,
+        )
+        with pytest.raises(WorkflowFailureError) as failure:
+            await handle.result()
+    assert isinstance(failure.value.cause, ApplicationError)
+    assert failure.value.cause.type == "SlurmJobEnded"
+    [release] = stand_ins.released
+    assert (release.job_id, release.cancel_job) == (7, False)  # job 7 is somebody else's now

@@ -1,0 +1,63 @@
+"""The bind step's read of the job decides, comment included, on the real Slurm test bed.
+
+The job watcher tells a placement that its job started from the state probe alone when
+it never read the job, so the bind step's read is where "this id is our job" is checked:
+after Slurm's state was wiped, an id the pods name may belong to another job.
+"""
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from activities.kube import KubeActivities, KubeSettings
+from activities.kube_client import KubeClient
+from activities.placement import PlacementActivities
+from activities.slurm import SlurmActivities
+from activities.slurm_client import SlurmClient
+from bridge.models import BindInput, PodRef, admin_comment_for
+from tests.kube_fake import FakeKubeServer
+from tests.kube_fake.builders import pod_body
+from tests.slurm.conftest import MakePartition
+from tests.slurm.test_slurm_client import external_job, wait_for_job
+
+pytestmark = pytest.mark.slurm
+
+OURS = "placement/bind-test/pod/default/p/u1@u1"
+ANOTHER = "placement/bind-test/pod/default/q/u2@u2"
+
+
+@pytest.fixture
+async def steps(slurm_client: SlurmClient) -> AsyncIterator[tuple[FakeKubeServer, PlacementActivities]]:
+    with FakeKubeServer() as kube:
+        client = KubeClient(kube.aio_configuration())
+        yield kube, PlacementActivities(KubeActivities(client, KubeSettings()), SlurmActivities(slurm_client))
+        await client.close()
+
+
+@pytest.mark.parametrize("comment", [OURS, ANOTHER])
+async def test_a_running_job_is_bound_only_when_its_comment_names_the_placement(
+    steps: tuple[FakeKubeServer, PlacementActivities],
+    slurm_client: SlurmClient,
+    slurm_partition: MakePartition,
+    comment: str,
+) -> None:
+    kube, activities = steps
+    partition = slurm_partition()
+    kube.create_node(partition.node_names[0])
+    pod = kube.create_object("pods", pod_body("p"), "default")
+    ref = PodRef(namespace="default", name="p", uid=pod["metadata"]["uid"])
+    job_id = await slurm_client.submit_job(
+        external_job(partition.name, comment=comment, admin_comment=admin_comment_for([ref.key]))
+    )
+    await wait_for_job(slurm_client, job_id, lambda job: "RUNNING" in (job.job_state or []), "running")
+
+    result = await activities.bind(BindInput(pods=[ref], job_id=job_id, placement_id=OURS))
+
+    bound = (kube.get_object("pods", "p", "default") or {}).get("spec", {}).get("nodeName")
+    if comment == OURS:
+        assert result.nodes == [partition.node_names[0]]
+        assert bound == partition.node_names[0]
+    else:
+        assert (result.job.gone, result.nodes) == (True, [])
+        assert bound is None
+    await slurm_client.cancel_job(job_id)
