@@ -22,7 +22,7 @@ from activities.slurm_client import SlurmClient
 from bridge.models import JobEvent, admin_comment_for, workflow_id_of
 from tests.slurm.conftest import MakePartition
 from tests.slurm.test_slurm_client import UNKNOWN_JOB_ID, external_job
-from tests.slurm_bed import SlurmTestBed
+from tests.slurm_bed import SlurmTestBed, TestPartition
 from worker.job_registry import LiveJobs
 from worker.job_watcher import JobWatcher
 
@@ -430,6 +430,23 @@ class Clock:
         return self.now
 
 
+async def watched_held_job(
+    slurm: SlurmClient,
+    partition: TestPartition,
+    temporal_client: Client,
+    placements: Placements,
+    **watcher_settings: Any,
+) -> tuple[WorkflowHandle[object, object], int, JobWatcher, Clock]:
+    """A held job of a new stand-in placement, followed by a watcher on a clock the test moves."""
+    placement_id, pod = placements.new_id()
+    placement = await placements.start(placement_id)
+    job_id = await bridge_job(slurm, partition.name, placement_id, pod, hold=True)
+    jobs = LiveJobs()
+    jobs.track(job_id, placement_id)
+    clock = Clock()
+    return placement, job_id, watcher_for(slurm, temporal_client, jobs, clock, **watcher_settings), clock
+
+
 async def test_a_pending_job_whose_reason_stays_the_same_is_re_read_less_and_less_often(
     slurm: SlurmClient,
     slurm_bed: SlurmTestBed,
@@ -439,14 +456,9 @@ async def test_a_pending_job_whose_reason_stays_the_same_is_re_read_less_and_les
     requests: Requests,
 ) -> None:
     """Each re-read that finds the same reason doubles the job's interval, up to the maximum."""
-    partition = slurm_partition()
-    placement_id, pod = placements.new_id()
-    placement = await placements.start(placement_id)
-    job_id = await bridge_job(slurm, partition.name, placement_id, pod, hold=True)
-    jobs = LiveJobs()
-    jobs.track(job_id, placement_id)
-    clock = Clock()
-    watcher = watcher_for(slurm, temporal_client, jobs, clock, pending_refresh=10.0, pending_refresh_max=40.0)
+    placement, job_id, watcher, clock = await watched_held_job(
+        slurm, slurm_partition(), temporal_client, placements, pending_refresh=10.0, pending_refresh_max=40.0
+    )
     read = "GET /job/{}"  # the observer sees operation templates
 
     await poll_until(watcher, lambda: watcher.signals == 1, "told JobHeldUser")
@@ -483,14 +495,9 @@ async def test_a_job_that_starts_within_the_grace_is_told_from_the_probe_and_nev
     requests: Requests,
 ) -> None:
     """Most jobs start in Slurm's next pass: reading them while pending would tell nobody anything."""
-    partition = slurm_partition()
-    placement_id, pod = placements.new_id()
-    placement = await placements.start(placement_id)
-    job_id = await bridge_job(slurm, partition.name, placement_id, pod, hold=True)
-    jobs = LiveJobs()
-    jobs.track(job_id, placement_id)
-    clock = Clock()
-    watcher = watcher_for(slurm, temporal_client, jobs, clock, pending_reason_grace=3.0)
+    placement, job_id, watcher, clock = await watched_held_job(
+        slurm, slurm_partition(), temporal_client, placements, pending_reason_grace=3.0
+    )
     requests.take()
 
     await one_pass(watcher)
@@ -514,14 +521,9 @@ async def test_a_job_pending_past_the_grace_is_read_once_and_its_reason_told_at_
     placements: Placements,
     requests: Requests,
 ) -> None:
-    partition = slurm_partition()
-    placement_id, pod = placements.new_id()
-    placement = await placements.start(placement_id)
-    job_id = await bridge_job(slurm, partition.name, placement_id, pod, hold=True)
-    jobs = LiveJobs()
-    jobs.track(job_id, placement_id)
-    clock = Clock()
-    watcher = watcher_for(slurm, temporal_client, jobs, clock, pending_reason_grace=3.0)
+    placement, job_id, watcher, clock = await watched_held_job(
+        slurm, slurm_partition(), temporal_client, placements, pending_reason_grace=3.0
+    )
     requests.take()
 
     await one_pass(watcher)  # first sight, pending: the grace starts

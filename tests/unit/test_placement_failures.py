@@ -136,6 +136,17 @@ class StandIns:
         ]
 
 
+def stand_in_worker(temporal_client: Client, stand_ins: StandIns, task_queue: str) -> Worker:
+    """The placement workflow, sandboxed (the guard production skips), on the stand-ins."""
+    return Worker(
+        temporal_client,
+        task_queue=task_queue,
+        workflows=[PlacementWorkflow],
+        unsandboxed_workflow_runner=SandboxedWorkflowRunner(),
+        activities=stand_ins.all(),
+    )
+
+
 def request() -> PlacementRequest:
     return PlacementRequest(
         group="team-a/p", namespace="team-a", pods=[POD], installation="test", events=[PodEvent(pod=POD)]
@@ -149,28 +160,28 @@ async def test_a_final_kubernetes_error_fails_the_placement_at_once_and_releases
     # bind runs as a local activity first: its final error must fail the placement the same way
     # (the SDK raises a local activity's failure unwrapped; the step goes on as an activity).
     stand_ins = StandIns(reject_prepare=step == "prepare_and_submit", reject_bind=step == "bind")
+    cause = await failed_placement(temporal_client, stand_ins, "reject")
+    assert cause.type == KUBE_REJECTED
+    [release] = stand_ins.released
+    assert (release.reason, release.condition) == (KUBE_REJECTED, True)
+    assert "403 Forbidden" in release.message
+    assert stand_ins.bind_attempts == (2 if step == "bind" else 0)  # the local try, then the activity
+
+
+async def failed_placement(temporal_client: Client, stand_ins: StandIns, name: str) -> ApplicationError:
+    """Run a placement on the stand-ins until it fails for good; the failure's cause."""
     task_queue = f"failures-{uuid.uuid4().hex[:8]}"
-    async with Worker(
-        temporal_client,
-        task_queue=task_queue,
-        workflows=[PlacementWorkflow],
-        unsandboxed_workflow_runner=SandboxedWorkflowRunner(),  # the guard production skips
-        activities=stand_ins.all(),
-    ):
+    async with stand_in_worker(temporal_client, stand_ins, task_queue):
         handle = await temporal_client.start_workflow(
             PlacementWorkflow.run,
             request(),
-            id=f"placement/test/reject/{uuid.uuid4()}",
+            id=f"placement/test/{name}/{uuid.uuid4()}",
             task_queue=task_queue,
         )
         with pytest.raises(WorkflowFailureError) as failure:
             await handle.result()
     assert isinstance(failure.value.cause, ApplicationError)
-    assert failure.value.cause.type == KUBE_REJECTED
-    [release] = stand_ins.released
-    assert (release.reason, release.condition) == (KUBE_REJECTED, True)
-    assert "403 Forbidden" in release.message
-    assert stand_ins.bind_attempts == (2 if step == "bind" else 0)  # the local try, then the activity
+    return failure.value.cause
 
 
 async def bound_then_done(
@@ -178,13 +189,7 @@ async def bound_then_done(
 ) -> None:
     """Run a placement on the stand-ins until it is bound, then finish its pod: it must end Done."""
     task_queue = f"failures-{uuid.uuid4().hex[:8]}"
-    async with Worker(
-        temporal_client,
-        task_queue=task_queue,
-        workflows=[PlacementWorkflow],
-        unsandboxed_workflow_runner=SandboxedWorkflowRunner(),  # the guard production skips
-        activities=stand_ins.all(),
-    ):
+    async with stand_in_worker(temporal_client, stand_ins, task_queue):
         handle = await temporal_client.start_workflow(
             PlacementWorkflow.run, given, id=f"placement/test/{name}/{uuid.uuid4()}", task_queue=task_queue
         )
@@ -217,13 +222,7 @@ async def test_slurm_away_waits_for_the_gates_signal_then_submits_as_a_recovery(
 ) -> None:
     stand_ins = StandIns(slurm_away_for_prepare=2)
     task_queue = f"failures-{uuid.uuid4().hex[:8]}"
-    async with Worker(
-        temporal_client,
-        task_queue=task_queue,
-        workflows=[PlacementWorkflow],
-        unsandboxed_workflow_runner=SandboxedWorkflowRunner(),  # the guard production skips
-        activities=stand_ins.all(),
-    ):
+    async with stand_in_worker(temporal_client, stand_ins, task_queue):
         handle = await temporal_client.start_workflow(
             PlacementWorkflow.run, request(), id=f"placement/test/away/{uuid.uuid4()}", task_queue=task_queue
         )
@@ -280,13 +279,7 @@ async def test_a_reset_run_told_first_that_its_pods_finished_still_releases_what
     stand_ins = StandIns(finished_on_recovery=True)
     task_queue = f"failures-{uuid.uuid4().hex[:8]}"
     workflow_id = f"placement/test/reset-finished/{uuid.uuid4()}"
-    async with Worker(
-        temporal_client,
-        task_queue=task_queue,
-        workflows=[PlacementWorkflow],
-        unsandboxed_workflow_runner=SandboxedWorkflowRunner(),  # the guard production skips
-        activities=stand_ins.all(),
-    ):
+    async with stand_in_worker(temporal_client, stand_ins, task_queue):
         handle = await temporal_client.start_workflow(
             PlacementWorkflow.run, request(), id=workflow_id, task_queue=task_queue
         )
@@ -313,13 +306,7 @@ async def test_a_reset_run_told_first_that_its_pods_finished_still_releases_what
     await again.signal(
         PlacementWorkflow.pod_changed, PodEvent(pod=POD, phase="Succeeded", node_name="node-a")
     )
-    async with Worker(
-        temporal_client,
-        task_queue=task_queue,
-        workflows=[PlacementWorkflow],
-        unsandboxed_workflow_runner=SandboxedWorkflowRunner(),
-        activities=stand_ins.all(),
-    ):
+    async with stand_in_worker(temporal_client, stand_ins, task_queue):
         state = await again.result()
     if os.environ.get("SLURM_BRIDGE_RECORD_HISTORY"):
         # The reset run's history (tests/unit/test_replay.py replays every golden one).
@@ -337,23 +324,7 @@ async def test_a_job_id_that_names_another_job_fails_the_placement_without_cance
     temporal_client: Client,
 ) -> None:
     stand_ins = StandIns(bind_finds_another_job=True)
-    task_queue = f"failures-{uuid.uuid4().hex[:8]}"
-    async with Worker(
-        temporal_client,
-        task_queue=task_queue,
-        workflows=[PlacementWorkflow],
-        unsandboxed_workflow_runner=SandboxedWorkflowRunner(),  # the guard production skips
-        activities=stand_ins.all(),
-    ):
-        handle = await temporal_client.start_workflow(
-            PlacementWorkflow.run,
-            request(),
-            id=f"placement/test/another/{uuid.uuid4()}",
-            task_queue=task_queue,
-        )
-        with pytest.raises(WorkflowFailureError) as failure:
-            await handle.result()
-    assert isinstance(failure.value.cause, ApplicationError)
-    assert failure.value.cause.type == "SlurmJobEnded"
+    cause = await failed_placement(temporal_client, stand_ins, "another")
+    assert cause.type == "SlurmJobEnded"
     [release] = stand_ins.released
     assert (release.job_id, release.cancel_job) == (7, False)  # job 7 is somebody else's now
