@@ -530,7 +530,8 @@ class PlacementActivities:
         one the bind step makes anyway, is where the job's comment is checked.
         """
         try:
-            job = await self.slurm.slurm.get_job(job_id)
+            # Dumped once: both readers below take the job as a mapping.
+            job = (await self.slurm.slurm.get_job(job_id)).model_dump(mode="json")
         except SlurmNotFound:
             return JobEvent(job_id=job_id, states=[], gone=True)
         if placement_id and (comment := placement_of(job)) != placement_id:
