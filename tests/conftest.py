@@ -7,7 +7,7 @@ virtualenv, so nothing is downloaded. Each test gets its own task queue.
 import shutil
 import sys
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -16,6 +16,8 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from bridge import search_attributes as sa
+from tests.kube_real.apiserver import ApiServer, ApiServerUnavailable
+from tests.kube_real.cluster import RealCluster
 from tests.slurm_bed import SlurmBedError, SlurmTestBed
 
 
@@ -57,3 +59,36 @@ def slurm_bed() -> SlurmTestBed:
         return SlurmTestBed.up()
     except SlurmBedError as error:
         pytest.fail(f"the Slurm test bed did not come up: {error}", pytrace=False)
+
+
+_apiserver_notice: list[str] = []
+
+
+@pytest.fixture(scope="session")
+def real_apiserver() -> Iterator[ApiServer]:
+    """The real kube-apiserver v1.28 (hack/kube-apiserver.sh), one per session; skips where its
+    binaries are absent (said once in the summary, see pytest_terminal_summary)."""
+    try:
+        server = ApiServer.start()
+    except ApiServerUnavailable as missing:
+        _apiserver_notice.append(str(missing))
+        pytest.skip(str(missing))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for notice in _apiserver_notice[:1]:
+        terminalreporter.write_line(f"NOTICE: {notice}", yellow=True)
+
+
+@pytest.fixture
+def real_cluster(real_apiserver: ApiServer) -> Iterator[RealCluster]:
+    """The real API server as one test sees it: a namespace of its own, its nodes removed after."""
+    cluster = RealCluster(real_apiserver, f"t-{uuid.uuid4().hex[:10]}")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

@@ -1,0 +1,123 @@
+"""The real kube-apiserver (v1.28) + etcd of `hack/kube-apiserver.sh`, one per test session.
+
+The binaries are found like envtest's assets: `SLURM_BRIDGE_K8S_ASSETS` names
+their folder, by default `../shared/k8s` beside the repository. Where they are
+absent (a fresh machine outside this workspace) the tests that need them skip
+with one notice; CI has them and always runs them.
+
+Each session gets an instance of its own, on free ports, with its own etcd data:
+sessions running at once (or a killed one's leftovers) never see each other's
+cluster-scoped objects. A killed session's instance is stopped by the next start.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import ssl
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "hack" / "kube-apiserver.sh"
+INSTANCES = Path(os.environ.get("SLURM_BRIDGE_K8S_CACHE", "/var/cache/slurm-bridge/k8s")) / "instances"
+
+
+class ApiServerUnavailable(RuntimeError):
+    """No binaries here: the tests that need the real API server skip."""
+
+
+def assets_folder() -> Path | None:
+    """The binaries' folder, when it holds them."""
+    done = subprocess.run([str(SCRIPT), "assets"], capture_output=True, text=True, check=False)
+    return Path(done.stdout.strip()) if done.returncode == 0 else None
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _free_port_pair() -> int:
+    """A port whose successor is free too (etcd's client and peer ports)."""
+    for _ in range(50):
+        port = _free_port()
+        try:
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", port + 1))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError("no two adjacent free ports on 127.0.0.1")
+
+
+@dataclass(frozen=True)
+class ApiServer:
+    """A running instance: where it is and how to reach it as cluster admin."""
+
+    directory: Path
+    url: str
+    ca_file: Path
+    admin_token: str
+    admin_kubeconfig: Path
+    webhook_cert: Path
+    webhook_key: Path
+
+    @classmethod
+    def start(cls) -> ApiServer:
+        if assets_folder() is None:
+            raise ApiServerUnavailable(
+                "no kube-apiserver binaries (SLURM_BRIDGE_K8S_ASSETS, default ../shared/k8s): "
+                "the tests against the real API server are skipped"
+            )
+        INSTANCES.mkdir(parents=True, exist_ok=True)
+        directory = Path(tempfile.mkdtemp(prefix="session-", dir=INSTANCES))
+        command = [
+            str(SCRIPT),
+            "start",
+            str(directory),
+            "--port",
+            str(_free_port()),
+            "--etcd-port",
+            str(_free_port_pair()),
+            "--owner",
+            str(os.getpid()),
+        ]
+        done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=180)
+        if done.returncode != 0:
+            subprocess.run([str(SCRIPT), "stop", str(directory)], check=False)
+            raise RuntimeError(f"kube-apiserver did not start: {done.stderr.strip()[-2000:]}")
+        env = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
+        return cls(
+            directory=directory,
+            url=env["K8S_API"],
+            ca_file=Path(env["K8S_CA"]),
+            admin_token=env["K8S_ADMIN_TOKEN"],
+            admin_kubeconfig=Path(env["KUBECONFIG"]),
+            webhook_cert=Path(env["K8S_WEBHOOK_CERT"]),
+            webhook_key=Path(env["K8S_WEBHOOK_KEY"]),
+        )
+
+    def tls_context(self) -> ssl.SSLContext:
+        """A client context that trusts this server's CA."""
+        return ssl.create_default_context(cafile=str(self.ca_file))
+
+    def stop(self) -> None:
+        subprocess.run([str(SCRIPT), "stop", str(self.directory)], check=False, timeout=60)
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def kubeconfig(self, path: Path, *, token: str | None = None, namespace: str = "default") -> Path:
+        """A kubeconfig for this server with a bearer token (the admin's unless given)."""
+        path.write_text(
+            "apiVersion: v1\nkind: Config\n"
+            f"clusters:\n- name: test\n  cluster: {{server: '{self.url}', certificate-authority: "
+            f"'{self.ca_file}'}}\n"
+            f"users:\n- name: user\n  user: {{token: '{token or self.admin_token}'}}\n"
+            f"contexts:\n- name: test\n  context: {{cluster: test, user: user, namespace: '{namespace}'}}\n"
+            "current-context: test\n"
+        )
+        return path
