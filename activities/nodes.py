@@ -118,7 +118,10 @@ class NodeActivities:
         try:
             listed = await self.kube.request("GET", api_path("resourceslices", group=RESOURCE_GROUP))
         except KubeNotFound:
-            return {}  # resource.k8s.io/v1 not served: no DRA devices
+            # A collection that is served is never 404 (an empty one is a 200 with no items):
+            # resource.k8s.io/v1 is not served (before Kubernetes 1.34 the API server answers
+            # a text "404 page not found"), so no DRA devices. Any other read's 404 stays an error.
+            return {}
         return dra_gpu_counts(listed.get("items") or [])
 
     # -- applying ------------------------------------------------------------

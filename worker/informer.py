@@ -22,7 +22,6 @@ buffering it; between lists only the last list's keys are kept.
 
 import asyncio
 import inspect
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -48,8 +47,9 @@ SyncedHandler = Callable[[frozenset[str]], Awaitable[None] | None]
 ErrorObserver = Callable[[BaseException], None]
 
 # Failures that say "the API server is unreachable or unhappy": logged in one
-# line. Anything else is a bug somewhere and is logged with its traceback.
-EXPECTED_ERRORS = (KubeError, OSError, TimeoutError, json.JSONDecodeError)
+# line. Anything else is a bug somewhere and is logged with its traceback. An
+# answer that does not decode is a KubeError too (KubeBadAnswer, WatchBroken).
+EXPECTED_ERRORS = (KubeError, OSError, TimeoutError)
 
 
 @dataclass(frozen=True)
