@@ -1,5 +1,14 @@
-"""The `stack` and `nodes` factories: a complete bridge on real Temporal and real Slurm per test."""
+"""The `stack` and `nodes` factories: a complete bridge on real Temporal and real Slurm per test.
 
+Kubernetes is the in-repo fake API server unless a test is marked `ON_REAL_KUBE`
+(or `ON_BOTH_KUBES`): then it is the real kube-apiserver of tests/kube_real, one
+per session, in a namespace of the test's own, and the test skips where that
+server's binaries are absent. The real server is the reference: a test runs on the
+fake only for what the real one cannot do here (fault injection, held requests,
+the fake's taint manager and disruption controller, APIs newer than 1.28).
+"""
+
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -12,16 +21,44 @@ from bridge import keys
 from bridge.node_facts import gpu_count
 from tests.e2e.harness import Stack, bed_client, bed_settings
 from tests.e2e.node_fixtures import NodeStack
+from tests.kube_backend import KubeBackend
 from tests.kube_fake import FakeKubeServer
+from tests.kube_real.apiserver import ApiServer
+from tests.kube_real.cluster import RealCluster
 from tests.slurm_bed import SlurmTestBed
 
 StackFactory = Callable[..., Awaitable[Stack]]
 MakeNodes = Callable[..., Awaitable[NodeStack]]
+KubeFactory = Callable[[str, bool], KubeBackend]
+# A test or module marked so runs on the real API server, or once on each backend.
+ON_REAL_KUBE = pytest.mark.parametrize("kube_backend", ["real"], indirect=True)
+ON_BOTH_KUBES = pytest.mark.parametrize("kube_backend", ["fake", "real"], indirect=True)
+
+
+@pytest.fixture
+def kube_backend(request: pytest.FixtureRequest) -> str:
+    return str(getattr(request, "param", "fake"))
+
+
+@pytest.fixture
+def make_kube(request: pytest.FixtureRequest, kube_backend: str) -> KubeFactory:
+    """A Kubernetes for one stack: `make_kube(namespace, kubelet)`."""
+
+    def make(namespace: str, kubelet: bool) -> KubeBackend:
+        if kube_backend == "fake":
+            return FakeKubeServer(kubelet=kubelet).start()
+        server: ApiServer = request.getfixturevalue("real_apiserver")
+        cluster = RealCluster(server, namespace)
+        if kubelet:
+            cluster.start_kubelet()
+        return cluster
+
+    return make
 
 
 @pytest.fixture
 async def make_stack(
-    temporal_client: Client, slurm_bed: SlurmTestBed, tmp_path: Path, task_queue: str
+    temporal_client: Client, slurm_bed: SlurmTestBed, tmp_path: Path, task_queue: str, make_kube: KubeFactory
 ) -> AsyncIterator[StackFactory]:
     stacks: list[Stack] = []
 
@@ -36,10 +73,11 @@ async def make_stack(
         **overrides: Any,
     ) -> Stack:
         """`gres`: each node's Slurm Gres ("gpu:2"), or one per node; Kubernetes sees nvidia.com/gpu.
-        `kubelet`: the fake's kubelet runs bound pods (and ends them after their run-seconds annotation)."""
+        `kubelet`: a kubelet runs bound pods (and ends them after their run-seconds annotation):
+        the fake's own, or tests/kube_real's stand-in on the real API server."""
         partition = slurm_bed.make_partition(nodes=nodes, cpus=cpus, memory_mb=memory_mb, gres=gres)
         per_node = [gres or ""] * nodes if gres is None or isinstance(gres, str) else list(gres)
-        kube = FakeKubeServer(kubelet=kubelet).start()
+        kube = make_kube(partition.name, kubelet)
         for name, node_gres in zip(partition.node_names, per_node, strict=True):
             # Labelled as node sync's nodes are: the bridge's node filters consider them.
             kube.create_node(
@@ -89,13 +127,13 @@ async def make_stack(
 
 @pytest.fixture
 async def make_nodes(
-    temporal_client: Client, slurm_bed: SlurmTestBed, tmp_path: Path, task_queue: str
+    temporal_client: Client, slurm_bed: SlurmTestBed, tmp_path: Path, task_queue: str, make_kube: KubeFactory
 ) -> AsyncIterator[MakeNodes]:
     """Bridges whose node sync a test drives: `kubelet=True` runs bound pods (and ends deleted ones)."""
     stacks: list[NodeStack] = []
 
     async def make(*, kubelet: bool = False, **overrides: Any) -> NodeStack:
-        kube = FakeKubeServer(kubelet=kubelet).start()
+        kube = make_kube(f"nodes-{uuid.uuid4().hex[:8]}", kubelet)
         kubeconfig = kube.kubeconfig(tmp_path / f"kubeconfig-{len(stacks)}")
         settings = bed_settings(
             slurm_bed,

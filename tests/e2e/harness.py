@@ -33,7 +33,9 @@ from activities.slurm_client import SlurmClient
 from bridge import keys
 from bridge.models import PlacementState, PodRef
 from bridge.slurm_api import API_VERSION
-from tests.kube_fake import FakeKubeServer
+from tests.kube_backend import KubeBackend
+from tests.kube_fake import ApiError, FakeKubeServer
+from tests.kube_real.cluster import ApiFailure
 from tests.slurm_bed import SlurmTestBed, TestPartition
 from worker.main import Bridge
 from worker.pod_watcher import workflow_id
@@ -98,7 +100,7 @@ def make_pod(
 
 @dataclass
 class Stack:
-    kube: FakeKubeServer
+    kube: KubeBackend
     temporal: Client
     slurm: SlurmClient
     slurm_bed: SlurmTestBed
@@ -111,6 +113,15 @@ class Stack:
     @property
     def namespace(self) -> str:
         return self.partition.name
+
+    @property
+    def fake(self) -> FakeKubeServer:
+        """The fake API server, for what only it can do (faults, holds, its clock)."""
+        if not isinstance(self.kube, FakeKubeServer):
+            raise TypeError(
+                "this test needs the fake API server (fault injection): run it on kube_backend fake"
+            )
+        return self.kube
 
     # -- the bridge ------------------------------------------------------------
 
@@ -211,6 +222,17 @@ def bound(pod: Pod | None) -> str | None:
     """The node a pod is bound to, if any."""
     node = (pod or {}).get("spec", {}).get("nodeName")
     return str(node) if node else None
+
+
+def kubelet_stops(kube: KubeBackend, namespace: str, name: str, phase: str = "Failed") -> None:
+    """Play a kubelet whose pod was deleted: it reports the pod's end, then confirms the deletion
+    (a delete with grace 0), after which the pod goes once its finalizers are gone."""
+    kube.set_pod_phase(namespace, name, phase)
+    try:
+        kube.delete_object("pods", name, namespace, grace_period_seconds=0)
+    except (ApiError, ApiFailure) as error:
+        if (error.code if isinstance(error, ApiError) else error.status) != 404:
+            raise
 
 
 def finished_cleanly(pod: Pod | None) -> bool:

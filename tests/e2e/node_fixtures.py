@@ -30,7 +30,9 @@ from activities.slurm_client import SlurmClient
 from bridge import keys
 from bridge.node_actions import NodeSyncResult
 from tests.e2e.harness import run_scheduled
+from tests.kube_backend import KubeBackend
 from tests.kube_fake import FakeKubeServer
+from tests.kube_real.cluster import NOT_READY_TAINT
 from tests.slurm_bed import SlurmBedError, SlurmTestBed, TestPartition
 from worker.main import Bridge
 from worker.schedules import ensure_node_sync_schedule
@@ -58,7 +60,7 @@ class Unpluggable(httpx.AsyncBaseTransport):
 
 @dataclass
 class NodeStack:
-    kube: FakeKubeServer
+    kube: KubeBackend
     temporal: Client
     slurm: SlurmClient  # the test's own view of Slurm; the bridge has its own client
     bed: SlurmTestBed
@@ -71,6 +73,15 @@ class NodeStack:
     job_partitions: list[str] = field(default_factory=list)
     jobs: list[int] = field(default_factory=list)
     _task: asyncio.Task[None] | None = None
+
+    @property
+    def fake(self) -> FakeKubeServer:
+        """The fake API server, for what only it can do (faults, holds, its clock)."""
+        if not isinstance(self.kube, FakeKubeServer):
+            raise TypeError(
+                "this test needs the fake API server (fault injection): run it on kube_backend fake"
+            )
+        return self.kube
 
     @property
     def schedule_id(self) -> str:
@@ -168,11 +179,18 @@ class NodeStack:
         self.edit_node(name, lambda node: node["spec"].update(unschedulable=cordoned))
 
     def set_ready(self, name: str, ready: bool) -> None:
+        """The kubelet's Ready condition, and what the node lifecycle controller does about it
+        (no such controller runs in either test bed): the not-ready NoSchedule taint comes and goes."""
+
         def edit(node: Json) -> None:
             for condition in node["status"]["conditions"]:
                 if condition["type"] == "Ready":
                     condition["status"] = "True" if ready else "False"
                     condition["reason"] = "KubeletReady" if ready else "KubeletNotReady"
+            taints = [t for t in node["spec"].get("taints") or [] if t.get("key") != NOT_READY_TAINT]
+            if not ready:
+                taints.append({"key": NOT_READY_TAINT, "effect": "NoSchedule"})
+            node["spec"]["taints"] = taints
 
         self.edit_node(name, edit)
 
@@ -243,6 +261,11 @@ class NodeStack:
             with contextlib.suppress(SlurmBedError):
                 self.bed.cancel_job(job_id)
         for name in self.job_partitions:
+            # Jobs the bridge submitted there for pods too (a test that failed midway left them).
+            for job in self.bed.jobs_in_partition(name):
+                if not job.ended:
+                    self.bed.cancel_job(job.job_id)
+            self.bed.wait_for_ended_jobs(name)
             self.bed.scontrol_quiet("delete", f"PartitionName={name}")
         leftovers = [n["name"] for n in _bed_nodes(self.bed) if n["name"].startswith(self.prefix)]
         self.bed.delete_nodes(leftovers)

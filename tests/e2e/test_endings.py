@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from bridge import keys
-from tests.e2e.conftest import StackFactory
+from tests.e2e.conftest import ON_REAL_KUBE, StackFactory
 from tests.e2e.harness import Pod, Stack, bound, finished_cleanly, job_id_of, make_pod
 
 pytestmark = pytest.mark.slurm
@@ -51,12 +51,12 @@ async def test_a_disruption_budget_is_honoured_for_a_while_then_overridden(make_
     created = stack.create_pod("guarded")
     job_id = job_id_of(await stack.wait_pod("guarded", bound))
     assert job_id is not None
-    stack.kube.block_evictions()  # every eviction answers 429, as a PodDisruptionBudget at its limit does
+    stack.fake.block_evictions()  # every eviction answers 429, as a PodDisruptionBudget at its limit does
 
     await stack.slurm.cancel_job(job_id)
     await stack.wait_pod("guarded", lambda p: p is None or p["metadata"].get("deletionTimestamp"), timeout=60)
     evictions = [
-        r for r in stack.kube.requests if r.method == "POST" and r.path.endswith("/guarded/eviction")
+        r for r in stack.fake.requests if r.method == "POST" and r.path.endswith("/guarded/eviction")
     ]
     assert evictions, "the bridge evicts; it deletes only once the budget held it back too long"
     reasons = [e["reason"] for e in stack.events("guarded")]
@@ -98,7 +98,7 @@ async def test_a_real_disruption_budget_is_honoured_for_a_while_then_overridden(
     await stack.slurm.cancel_job(job_id)
     await stack.wait_pod("guarded", lambda p: p is None or p["metadata"].get("deletionTimestamp"), timeout=60)
     requests = [
-        r for r in stack.kube.requests if r.path.endswith("/guarded") or r.path.endswith("/guarded/eviction")
+        r for r in stack.fake.requests if r.path.endswith("/guarded") or r.path.endswith("/guarded/eviction")
     ]
     evictions = [i for i, r in enumerate(requests) if r.method == "POST" and r.path.endswith("/eviction")]
     deletions = [i for i, r in enumerate(requests) if r.method == "DELETE"]
@@ -115,6 +115,7 @@ async def test_a_real_disruption_budget_is_honoured_for_a_while_then_overridden(
     assert (await stack.handle(created).result()).end_reason == "SlurmJobCancelled"
 
 
+@ON_REAL_KUBE
 async def test_a_pod_stuck_terminating_releases_its_job(make_stack: StackFactory) -> None:
     stack = await make_stack(nodes=1, deletion_slack=1)
     created = stack.create_pod("stranded")
@@ -122,14 +123,8 @@ async def test_a_pod_stuck_terminating_releases_its_job(make_stack: StackFactory
     job_id = job_id_of(pod)
     assert job_id is not None
 
-    # Deleted with a short grace period; no kubelet ever confirms (the fake runs none here).
-    stack.kube.update_object(
-        "pods",
-        "stranded",
-        lambda p: p["spec"].update(terminationGracePeriodSeconds=1),
-        stack.namespace,
-    )
-    stack.kube.delete_object("pods", "stranded", stack.namespace)
+    # Deleted with a short grace period; no kubelet ever confirms.
+    stack.kube.delete_object("pods", "stranded", stack.namespace, grace_period_seconds=1)
     async with asyncio.timeout(60):  # grace 1 s + slack 1 s, and Slurm's cancel
         result = await stack.handle(created).result()
     assert result.phase == "Done"
@@ -143,6 +138,7 @@ async def test_a_pod_stuck_terminating_releases_its_job(make_stack: StackFactory
     await stack.wait_pod("stranded", finished_cleanly)
 
 
+@ON_REAL_KUBE
 async def test_no_overlap_a_node_handed_on_waits_for_the_old_pods_to_stop(make_stack: StackFactory) -> None:
     """Slurm gives the node to the next job the moment a job ends; the old pod may still be stopping."""
     stack = await make_stack(nodes=1)
@@ -172,6 +168,7 @@ async def test_no_overlap_a_node_handed_on_waits_for_the_old_pods_to_stop(make_s
     await stack.wait_pod("old", finished_cleanly)  # its release may have met the kubelet's write: retried
 
 
+@ON_REAL_KUBE
 async def test_no_overlap_is_bounded_old_pods_that_never_stop_are_overridden(
     make_stack: StackFactory,
 ) -> None:
@@ -225,6 +222,7 @@ async def test_no_overlap_is_bounded_old_pods_that_never_stop_are_overridden(
     await stack.wait_pod("old", finished_cleanly)
 
 
+@ON_REAL_KUBE
 async def test_a_node_failure_evicts_the_pod_with_the_reason(make_stack: StackFactory) -> None:
     """An allocated node set DOWN: Slurm ends the job NODE_FAIL (external jobs are not requeued)."""
     stack = await make_stack(nodes=1)

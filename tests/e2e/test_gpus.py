@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from bridge import grouping, keys
-from tests.e2e.conftest import StackFactory
+from tests.e2e.conftest import ON_REAL_KUBE, StackFactory
 from tests.e2e.harness import Pod, Stack, bound, finished_cleanly, job_id_of, make_pod
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, ON_REAL_KUBE]
 SHARED = {keys.SLURMJOB_PREFIX + "exclusive": "false"}  # GPUs, not whole nodes, must be what keeps pods apart
 
 

@@ -13,11 +13,11 @@ import pytest
 
 from bridge import grouping, keys
 from bridge.models import GENERATION_SEPARATOR
-from tests.e2e.conftest import StackFactory
-from tests.e2e.harness import Pod, Stack, bound, finished_cleanly, job_id_of
+from tests.e2e.conftest import ON_REAL_KUBE, StackFactory
+from tests.e2e.harness import Pod, Stack, bound, finished_cleanly, job_id_of, kubelet_stops
 from tests.e2e.test_groups import group_pod
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, ON_REAL_KUBE]
 
 
 def lws_labels(index: str, worker: str, group_key: str) -> dict[str, str]:
@@ -65,7 +65,7 @@ async def restart(stack: Stack, names: list[str]) -> None:
         stack.kube.delete_object("pods", name, stack.namespace)
     for name in names:
         await stack.wait_pod(name, lambda p: bool(p and p["metadata"].get("deletionTimestamp")))
-        stack.kube.set_pod_phase(stack.namespace, name, "Failed")  # the kubelet stopped it
+        kubelet_stops(stack.kube, stack.namespace, name)
     for name in names:
         await stack.wait_pod(name, lambda p: p is None)
 

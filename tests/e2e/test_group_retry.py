@@ -83,7 +83,7 @@ async def test_retry_of_one_pod_places_its_whole_pod_group_with_one_job(make_sta
         obj["metadata"]["annotations"][PARTITION] = stack.partition.name
 
     stack.kube.update_object(PODGROUPS, "mpi", fix, stack.namespace)
-    stack.kube.clear_requests()
+    stack.fake.clear_requests()
     said = await cli_retry(stack, "mpi-0")
     assert f"placement of {stack.namespace}/mpi-0 started again" in said
 
@@ -94,7 +94,7 @@ async def test_retry_of_one_pod_places_its_whole_pod_group_with_one_job(make_sta
     assert job["job_id"] == job_id
     assert job["admin_comment"] == f'{{"pods":["{stack.namespace}/mpi-0","{stack.namespace}/mpi-1"]}}'
     bindings = sorted(
-        r.path for r in stack.kube.requests if r.method == "POST" and r.path.endswith("/binding")
+        r.path for r in stack.fake.requests if r.method == "POST" and r.path.endswith("/binding")
     )
     assert bindings == [f"/api/v1/namespaces/{stack.namespace}/pods/{n}/binding" for n in names]
 

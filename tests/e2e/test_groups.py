@@ -8,7 +8,7 @@ from temporalio.client import WorkflowHandle
 
 from bridge import grouping, keys
 from bridge.models import PlacementState
-from tests.e2e.conftest import StackFactory
+from tests.e2e.conftest import ON_REAL_KUBE, StackFactory
 from tests.e2e.harness import Pod, Stack, bound, finished_cleanly, job_id_of, make_pod, slurm_bridge
 from worker.pod_watcher import group_workflow_id
 from workflows.placement import PlacementWorkflow
@@ -85,7 +85,7 @@ async def test_pod_group_of_four_is_placed_together_on_four_nodes(make_stack: St
     assert sorted(n["name"] for n in job["job_resources"]["nodes"]["allocation"]) == sorted(
         bound(p) or "" for p in pods
     )
-    bindings = [r for r in stack.kube.requests if r.path.endswith("/binding")]
+    bindings = [r for r in stack.fake.requests if r.path.endswith("/binding")]
     assert len(bindings) == 4
     # Any member finds the group's placement (through its claim annotation).
     for name in names:
@@ -100,6 +100,7 @@ async def test_pod_group_of_four_is_placed_together_on_four_nodes(make_stack: St
         await stack.wait_pod(name, finished_cleanly)
 
 
+@ON_REAL_KUBE
 async def test_leader_worker_set_of_two_groups_gets_two_jobs(make_stack: StackFactory) -> None:
     stack = await make_stack(nodes=4)
     lws = stack.kube.create_object(
@@ -158,6 +159,7 @@ async def test_leader_worker_set_of_two_groups_gets_two_jobs(make_stack: StackFa
         await stack.wait_pod(name, finished_cleanly)
 
 
+@ON_REAL_KUBE
 async def test_a_pod_whose_owner_is_missing_is_told_so(make_stack: StackFactory) -> None:
     stack = await make_stack(nodes=1)
     ghost = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "ghost", "uid": "0000"}}

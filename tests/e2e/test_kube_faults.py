@@ -64,9 +64,9 @@ async def drop_watches_periodically(stack: Stack, drops: list[int]) -> None:
     # The cadence of the fault itself, not a wait for an event.
     while True:
         await asyncio.sleep(WATCH_DROP_EVERY)
-        if stack.kube.active_watches:
-            drops.append(stack.kube.active_watches)
-        stack.kube.drop_watches()
+        if stack.fake.active_watches:
+            drops.append(stack.fake.active_watches)
+        stack.fake.drop_watches()
 
 
 def create_group(stack: Stack, name: str) -> list[str]:
@@ -91,9 +91,9 @@ async def test_every_placement_completes_once_through_api_faults_and_dropped_wat
     make_stack: StackFactory,
 ) -> None:
     stack = await make_stack(nodes=4, cpus=4, kubelet=True)
-    stack.kube.fail_randomly("GET", r"^/api", READ_FAULTS, FAULT_FRACTION, seed=10)
+    stack.fake.fail_randomly("GET", r"^/api", READ_FAULTS, FAULT_FRACTION, seed=10)
     for seed, method in enumerate(WRITES, 11):
-        stack.kube.fail_randomly(method, r"^/api", WRITE_FAULTS, FAULT_FRACTION, seed=seed)
+        stack.fake.fail_randomly(method, r"^/api", WRITE_FAULTS, FAULT_FRACTION, seed=seed)
     drops: list[int] = []
     dropper = asyncio.create_task(drop_watches_periodically(stack, drops))
     try:
@@ -117,14 +117,14 @@ async def test_every_placement_completes_once_through_api_faults_and_dropped_wat
         dropper.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await dropper
-        injected = stack.kube.stop_random_failures()
+        injected = stack.fake.stop_random_failures()
 
     # The faults really happened, of every kind.
     assert set(injected) == set(WRITE_FAULTS), injected
     assert sum(injected.values()) >= 20, injected
     assert len(drops) >= 3, drops
     print(
-        f"{len(stack.kube.requests)} requests, injected failures {injected},"
+        f"{len(stack.fake.requests)} requests, injected failures {injected},"
         f" watch drops {len(drops)} ({sum(drops)} streams)"
     )
 

@@ -182,7 +182,7 @@ async def test_three_worker_processes_survive_killing_the_leader_twice(
     assert len(set(job_ids)) == 3
     bindings = [
         r.path.split("/")[-2]
-        for r in stack.kube.requests
+        for r in stack.fake.requests
         if r.method == "POST" and r.path.endswith("/binding")
     ]
     assert sorted(bindings) == ["first", "second", "third"]

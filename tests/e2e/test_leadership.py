@@ -99,7 +99,7 @@ async def test_one_leader_watches_and_another_takes_over(make_stack: StackFactor
             await stack.wait_pod(name, finished_cleanly)
     jobs = await stack.partition_jobs()
     assert sorted(j["job_id"] for j in jobs) == sorted([job_id_of(before) or 0, job_id_of(during) or 0])
-    bindings = [r for r in stack.kube.requests if r.method == "POST" and r.path.endswith("/binding")]
+    bindings = [r for r in stack.fake.requests if r.method == "POST" and r.path.endswith("/binding")]
     assert sorted(r.path.split("/")[-2] for r in bindings) == ["before", "during"]
 
 
@@ -152,7 +152,7 @@ async def test_a_job_that_starts_while_no_replica_leads_is_bound_by_the_next_lea
             elector = leader.bridge.elector
             assert elector is not None
             elector.release_on_cancel = False
-            stack.kube.fail_next("*", LEASES, 500, count=1_000_000)
+            stack.fake.fail_next("*", LEASES, 500, count=1_000_000)
             leader.task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await leader.task
@@ -166,7 +166,7 @@ async def test_a_job_that_starts_while_no_replica_leads_is_bound_by_the_next_lea
 
             # The dead leader's Lease runs out; the new leader's watchers re-list, find the job
             # running and bind the pod.
-            stack.kube.clear_faults()
+            stack.fake.clear_faults()
             assert await leader_among(standby) is standby
             late = await stack.wait_pod("late", bound)
             assert bound(late) == stack.partition.node_names[0]
@@ -182,7 +182,7 @@ async def test_a_job_that_starts_while_no_replica_leads_is_bound_by_the_next_lea
     assert [(j["job_id"], j["admin_comment"]) for j in ours] == [
         (job_id, f'{{"pods":["{stack.namespace}/late"]}}')
     ]
-    bindings = [r for r in stack.kube.requests if r.method == "POST" and r.path.endswith("/binding")]
+    bindings = [r for r in stack.fake.requests if r.method == "POST" and r.path.endswith("/binding")]
     assert [r.path.split("/")[-2] for r in bindings] == ["late"]
 
 
@@ -225,13 +225,13 @@ async def test_readiness_follows_the_lease_and_kubernetes(make_stack: StackFacto
             assert "watchers" not in body
 
             # The API server stops answering about the Lease: the leader cannot renew.
-            stack.kube.fail_next("*", LEASES, 500, count=1_000_000)
+            stack.fake.fail_next("*", LEASES, 500, count=1_000_000)
             body = await until_ready(leader_probe, False)
             assert any("Lease default/slurm-bridge" in problem for problem in body["problems"]), body
             assert not leader.leading
             await until_ready(standby_probe, False)
 
-            stack.kube.clear_faults()
+            stack.fake.clear_faults()
             await until_ready(leader_probe, True)
             await until_ready(standby_probe, True)
             await leader_among(first, second)
@@ -245,12 +245,12 @@ async def test_readiness_without_leader_election_follows_the_pod_watch(make_stac
         body = await until_ready(probe, True)
         assert (body["leader"], body["watching"]) == (None, True)
 
-        stack.kube.fail_next("*", r"^/api/v1/pods", 500, count=1_000_000)
-        stack.kube.break_connections()  # the watch stream ends; re-listing fails
+        stack.fake.fail_next("*", r"^/api/v1/pods", 500, count=1_000_000)
+        stack.fake.break_connections()  # the watch stream ends; re-listing fails
         body = await until_ready(probe, False)
         assert any("pod list/watch has failed" in problem for problem in body["problems"]), body
         assert body["watchers"]["pod"]["failing"] > 0
 
-        stack.kube.clear_faults()
+        stack.fake.clear_faults()
         body = await until_ready(probe, True)
         assert body["watchers"]["pod"]["failing"] == 0

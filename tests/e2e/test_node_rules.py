@@ -16,7 +16,7 @@ import pytest
 
 from bridge import hostlist, keys
 from bridge.slurm_api import JobDescMsg
-from tests.e2e.conftest import StackFactory
+from tests.e2e.conftest import ON_REAL_KUBE, StackFactory
 from tests.e2e.harness import Pod, Stack, bound, finished_cleanly, job_id_of, make_pod
 from worker.main import Bridge
 
@@ -56,6 +56,7 @@ async def finish(stack: Stack, name: str) -> None:
     await stack.wait_pod(name, finished_cleanly)
 
 
+@ON_REAL_KUBE
 async def test_node_selector_excludes_the_other_nodes(make_stack: StackFactory) -> None:
     stack = await make_stack(nodes=2)
     first, second = stack.partition.node_names
@@ -67,6 +68,7 @@ async def test_node_selector_excludes_the_other_nodes(make_stack: StackFactory) 
     await finish(stack, "picky")
 
 
+@ON_REAL_KUBE
 async def test_explain_prints_the_job_the_worker_submitted(make_stack: StackFactory) -> None:
     stack = await make_stack(nodes=2, bridge=False)
     submitted: list[JobDescMsg] = []
@@ -110,6 +112,7 @@ async def test_explain_prints_the_job_the_worker_submitted(make_stack: StackFact
     await finish(stack, "picky")
 
 
+@ON_REAL_KUBE
 async def test_required_node_affinity_on_fields_and_labels(make_stack: StackFactory) -> None:
     stack = await make_stack(nodes=2)
     first, second = stack.partition.node_names
@@ -131,6 +134,7 @@ async def test_required_node_affinity_on_fields_and_labels(make_stack: StackFact
     await finish(stack, "affine")
 
 
+@ON_REAL_KUBE
 async def test_an_untolerated_taint_keeps_slurm_off_the_node(make_stack: StackFactory) -> None:
     stack = await make_stack(nodes=2)
     first, second = stack.partition.node_names
@@ -146,6 +150,7 @@ async def test_an_untolerated_taint_keeps_slurm_off_the_node(make_stack: StackFa
     await finish(stack, "plain")
 
 
+@ON_REAL_KUBE
 async def test_no_feasible_node_waits_with_the_reason_until_a_node_fits(make_stack: StackFactory) -> None:
     stack = await make_stack(nodes=2)
     first, _ = stack.partition.node_names
@@ -189,13 +194,14 @@ async def test_the_managed_node_toleration_is_added_before_binding(make_stack: S
         "value": keys.DEFAULT_SCHEDULER_NAME,
         "effect": "NoExecute",
     } in tolerations
-    stack.kube.settle()  # the taint manager has seen the binding
+    stack.fake.settle()  # the taint manager has seen the binding
     after = stack.pod("untolerated")
     assert after is not None, "deleted by the taint manager"
     assert not after["metadata"].get("deletionTimestamp"), "evicted by the taint manager"
     await finish(stack, "untolerated")
 
 
+@ON_REAL_KUBE
 async def test_an_excluded_node_unknown_to_slurm_is_dropped_not_fatal(make_stack: StackFactory) -> None:
     """A labelled Kubernetes node that node sync has not registered yet must not fail the job."""
     stack = await make_stack(nodes=1)
@@ -212,6 +218,7 @@ async def test_an_excluded_node_unknown_to_slurm_is_dropped_not_fatal(make_stack
     await finish(stack, "steady")
 
 
+@ON_REAL_KUBE
 async def test_a_pending_jobs_exclusions_follow_node_changes(make_stack: StackFactory) -> None:
     """A burst of node changes while jobs wait in Slurm is one refresh, which updates the
     excluded_nodes of the job whose usable nodes changed, and only that job's."""
@@ -266,6 +273,7 @@ async def test_a_pending_jobs_exclusions_follow_node_changes(make_stack: StackFa
         await stack.wait_pod(name, finished_cleanly)
 
 
+@ON_REAL_KUBE
 async def test_a_pending_jobs_last_exclusion_is_lifted_when_the_node_fits_again(
     make_stack: StackFactory,
 ) -> None:
@@ -294,6 +302,7 @@ async def test_a_pending_jobs_last_exclusion_is_lifted_when_the_node_fits_again(
         await stack.wait_pod(name, finished_cleanly)
 
 
+@ON_REAL_KUBE
 async def test_a_pending_job_that_no_node_fits_any_more_says_why_and_stays_off_every_node(
     make_stack: StackFactory,
 ) -> None:

@@ -24,7 +24,7 @@ from bridge import hostlist, keys
 from bridge.node_actions import PARTITION_NOT_FOUND, REGISTERED, owned_by
 from bridge.node_facts import is_busy
 from bridge.slurm_api import API_VERSIONS, JobDescMsg
-from tests.e2e.conftest import MakeNodes
+from tests.e2e.conftest import ON_REAL_KUBE, MakeNodes
 from tests.e2e.harness import make_pod, wait_job_state
 from tests.e2e.node_fixtures import Json, NodeStack, workflow_id
 from tests.kube_fake import FakeKubeServer
@@ -76,6 +76,7 @@ async def wait_job_running(stack: NodeStack, job_id: int, timeout: float = 30) -
 # -- registration -------------------------------------------------------------------
 
 
+@ON_REAL_KUBE
 @pytest.mark.parametrize("api_version", API_VERSIONS)  # SLURM_API_VERSION: both, on the same slurmrestd
 async def test_a_labelled_node_is_registered_with_its_resources_and_kept_in_step(
     make_nodes: MakeNodes, api_version: str
@@ -248,6 +249,7 @@ async def test_a_missing_partition_is_reported_and_the_node_registered_once_fixe
 # -- drain mirroring ------------------------------------------------------------------
 
 
+@ON_REAL_KUBE
 @pytest.mark.parametrize("api_version", API_VERSIONS)
 async def test_cordon_and_not_ready_drain_and_their_end_undrains(
     make_nodes: MakeNodes, api_version: str
@@ -278,6 +280,7 @@ async def test_cordon_and_not_ready_drain_and_their_end_undrains(
     assert {"SlurmNodeDrained", "SlurmNodeUndrained"} <= set(reasons(stack, name))
 
 
+@ON_REAL_KUBE
 async def test_an_administrators_drain_is_never_lifted(make_nodes: MakeNodes) -> None:
     stack = await make_nodes()
     partition = stack.make_partition()
@@ -300,6 +303,7 @@ async def test_an_administrators_drain_is_never_lifted(make_nodes: MakeNodes) ->
 # -- removal -----------------------------------------------------------------------------
 
 
+@ON_REAL_KUBE
 async def test_label_removal_drains_and_deletes_only_after_the_running_job_ends(
     make_nodes: MakeNodes,
 ) -> None:
@@ -334,6 +338,7 @@ async def test_label_removal_drains_and_deletes_only_after_the_running_job_ends(
     assert not stack.tainted(node)
 
 
+@ON_REAL_KUBE
 async def test_a_node_made_by_hand_is_never_deleted(make_nodes: MakeNodes) -> None:
     stack = await make_nodes()
     partition = stack.make_partition()
@@ -351,6 +356,7 @@ async def test_a_node_made_by_hand_is_never_deleted(make_nodes: MakeNodes) -> No
 # -- taints -------------------------------------------------------------------------------
 
 
+@ON_REAL_KUBE
 async def test_managed_nodes_get_the_taint_and_lose_it_when_no_longer_managed(make_nodes: MakeNodes) -> None:
     # A short interval: Slurm-side changes are seen by the schedule, there is no watch on Slurm.
     stack = await make_nodes(node_sync_interval=1)
@@ -358,7 +364,6 @@ async def test_managed_nodes_get_the_taint_and_lose_it_when_no_longer_managed(ma
     [slurm_name] = partition.node_names
     k8s_only = stack.add_node("web")
     mapped = stack.add_node("k8s", labels={keys.LABEL_SLURM_NODE_NAME: slurm_name})
-    stack.kube.clear_requests()
 
     await stack.wait_kube(lambda: stack.tainted(mapped))
     [taint] = [t for t in stack.kube_node(mapped)["spec"]["taints"] if t["key"] == keys.TAINT_MANAGED_NODE]
@@ -407,7 +412,7 @@ async def test_unreachable_slurm_or_kubernetes_fails_the_run_and_changes_nothing
     stack.slurm_cable.unplugged = False
 
     # Kubernetes unreachable: without the node list our node would look orphaned. It stays.
-    stack.kube.fail_next("GET", r"^/api/v1/nodes$", 503, count=1000)
+    stack.fake.fail_next("GET", r"^/api/v1/nodes$", 503, count=1000)
     with pytest.raises(WorkflowFailureError):
         await stack.sync()
     registered = await stack.slurm_node(node)

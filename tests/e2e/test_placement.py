@@ -21,7 +21,7 @@ from bench.probes import history_cost
 from bridge import keys
 from bridge import search_attributes as sa
 from bridge.slurm_api import API_VERSIONS
-from tests.e2e.conftest import StackFactory
+from tests.e2e.conftest import ON_REAL_KUBE, StackFactory
 from tests.e2e.harness import Pod, Stack, bound, finished_cleanly, job_id_of, make_pod, slurm_bridge
 from webhook.policy import managed_node_toleration
 from worker.main import unsandboxed_runner
@@ -51,7 +51,7 @@ async def test_pod_is_bound_to_the_node_slurm_allocated_and_job_ends_with_the_po
     stack = await make_stack(nodes=2, slurm_api_version=api_version)
     assert stack.bridge is not None
     assert stack.bridge.slurm.api_version == stack.slurm.api_version == api_version
-    stack.kube.clear_requests()  # what the bridge's start listed is not this placement's
+    stack.fake.clear_requests()  # what the bridge's start listed is not this placement's
     created = stack.create_pod("trainer", cpu="2", memory="1Gi")
 
     pod = await stack.wait_pod("trainer", bound)
@@ -94,7 +94,7 @@ async def test_pod_is_bound_to_the_node_slurm_allocated_and_job_ends_with_the_po
     # cluster-wide listings, e.g. the node watcher's refresh after start, are not the placement's.)
     made = [
         (r.method, r.path, r.query.get("fieldSelector", ""))
-        for r in stack.kube.requests
+        for r in stack.fake.requests
         if r.query.get("watch") != "true"
         and (
             f"/namespaces/{stack.namespace}/" in r.path
@@ -112,6 +112,7 @@ async def test_pod_is_bound_to_the_node_slurm_allocated_and_job_ends_with_the_po
         GOLDEN_HISTORY.write_text(history.to_json())
 
 
+@ON_REAL_KUBE
 async def test_second_pod_waits_for_resources_then_takes_the_freed_node(make_stack: StackFactory) -> None:
     stack = await make_stack(nodes=1)
     stack.create_pod("first")
@@ -152,7 +153,7 @@ async def test_cancelled_job_removes_the_pod_with_an_event(make_stack: StackFact
     assert events, "the pod got no event saying why it was evicted"
     assert events[0]["message"].startswith(f"Slurm job {job_id} cancelled in Slurm (CANCELLED")
     # Evicted through the Eviction API (grace period and budgets honoured), the reason kept on the pod.
-    assert any(r.method == "POST" and r.path.endswith("/victim/eviction") for r in stack.kube.requests)
+    assert any(r.method == "POST" and r.path.endswith("/victim/eviction") for r in stack.fake.requests)
     # Terminating (no kubelet confirms here): the bridge's reason survives the eviction's own condition.
     conditions = {c["type"]: c for c in (stack.pod("victim") or {}).get("status", {}).get("conditions", [])}
     assert conditions["SlurmJobEnded"]["reason"] == "SlurmJobCancelled"
@@ -163,6 +164,7 @@ async def test_cancelled_job_removes_the_pod_with_an_event(make_stack: StackFact
     assert status["end_reason"] == "SlurmJobCancelled"
 
 
+@ON_REAL_KUBE
 async def test_rejected_job_is_visible_on_the_pod_and_retry_after_fix_places_it(
     make_stack: StackFactory,
 ) -> None:
@@ -205,6 +207,7 @@ async def test_rejected_job_is_visible_on_the_pod_and_retry_after_fix_places_it(
     await stack.wait_pod("typo", finished_cleanly)
 
 
+@ON_REAL_KUBE
 async def test_pod_deleted_while_pending_cancels_its_job(make_stack: StackFactory) -> None:
     stack = await make_stack(nodes=1)
     stack.create_pod("holder")
@@ -222,6 +225,7 @@ async def test_pod_deleted_while_pending_cancels_its_job(make_stack: StackFactor
     await stack.wait_pod("holder", finished_cleanly)
 
 
+@ON_REAL_KUBE
 async def test_worker_restart_while_waiting_keeps_exactly_one_job(make_stack: StackFactory) -> None:
     stack = await make_stack(nodes=1)
     stack.create_pod("first")
@@ -275,7 +279,7 @@ async def test_two_worker_replicas_place_each_pod_once(make_stack: StackFactory)
     pods = [await stack.wait_pod(name, bound) for name in names]
 
     assert {bound(p) for p in pods} == set(stack.partition.node_names)  # exclusive: one pod per node
-    bindings = [r for r in stack.kube.requests if r.method == "POST" and r.path.endswith("/binding")]
+    bindings = [r for r in stack.fake.requests if r.method == "POST" and r.path.endswith("/binding")]
     assert sorted(r.path.split("/")[-2] for r in bindings) == names
     jobs = await stack.partition_jobs()
     assert sorted(j["admin_comment"] for j in jobs) == sorted(
@@ -332,13 +336,13 @@ async def test_pod_watcher_recovers_from_a_broken_watch_and_expired_history(make
     stack = await make_stack(nodes=2)
     stack.create_pod("before")
     await stack.wait_pod("before", bound)
-    lists_before = sum(1 for r in stack.kube.requests if r.path == "/api/v1/pods" and "watch" not in r.query)
+    lists_before = sum(1 for r in stack.fake.requests if r.path == "/api/v1/pods" and "watch" not in r.query)
 
-    stack.kube.compact_history()  # the resourceVersion the watcher holds is now too old (410)
-    stack.kube.break_connections()  # and its watch stream breaks
+    stack.fake.compact_history()  # the resourceVersion the watcher holds is now too old (410)
+    stack.fake.break_connections()  # and its watch stream breaks
     stack.create_pod("after")
     await stack.wait_pod("after", bound)
-    lists_after = sum(1 for r in stack.kube.requests if r.path == "/api/v1/pods" and "watch" not in r.query)
+    lists_after = sum(1 for r in stack.fake.requests if r.path == "/api/v1/pods" and "watch" not in r.query)
     assert lists_after > lists_before  # it re-listed instead of missing the new pod
 
     for name in ("before", "after"):
@@ -347,6 +351,7 @@ async def test_pod_watcher_recovers_from_a_broken_watch_and_expired_history(make
         await stack.wait_pod(name, finished_cleanly)
 
 
+@ON_REAL_KUBE
 async def test_slurm_node_names_map_to_kubernetes_nodes_through_the_label(make_stack: StackFactory) -> None:
     stack = await make_stack(nodes=1)
     [slurm_name] = stack.partition.node_names
@@ -389,8 +394,8 @@ async def test_a_pod_with_the_webhooks_toleration_is_annotated_by_its_binding(
     assert placed["metadata"]["annotations"][keys.ANNOTATION_SLURM_NODE] == node
     assert placed["spec"]["tolerations"] == pod["spec"]["tolerations"]  # untouched
     pod_path = f"/api/v1/namespaces/{stack.namespace}/pods/tolerant"
-    made = [(r.method, r.path) for r in stack.kube.requests if r.path.startswith(pod_path)]
-    [binding] = [r for r in stack.kube.requests if r.path == f"{pod_path}/binding"]
+    made = [(r.method, r.path) for r in stack.fake.requests if r.path.startswith(pod_path)]
+    [binding] = [r for r in stack.fake.requests if r.path == f"{pod_path}/binding"]
     assert binding.body["metadata"]["annotations"] == {keys.ANNOTATION_SLURM_NODE: node}
     # Claimed (finalizer + placement annotation) and labelled: the only pod patches before binding.
     assert made[: made.index(("POST", f"{pod_path}/binding"))].count(("PATCH", pod_path)) == 2
@@ -433,7 +438,7 @@ async def test_status_of_a_placement_cancelled_while_pending_shows_its_job_cance
     # the placement that its job is CANCELLED: that news must not make the job look as if it had
     # ended by itself (the order CI once met by chance).
     pod_path = f"/api/v1/namespaces/{stack.namespace}/pods/waiting$"
-    last_write = stack.kube.hold_next(
+    last_write = stack.fake.hold_next(
         "PATCH", pod_path, body="$deleteFromPrimitiveList/finalizers", applied=False
     )
     await stack.handle(created).cancel()  # what `temporal workflow cancel` does

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from bridge import grouping, keys
-from tests.e2e.conftest import StackFactory
+from tests.e2e.conftest import ON_REAL_KUBE, StackFactory
 from tests.e2e.harness import Pod, Stack, bound, finished_cleanly, job_id_of, make_pod
 from tests.e2e.test_groups import group_pod
 
@@ -73,6 +73,7 @@ async def pod_group_condition(
     return found
 
 
+@ON_REAL_KUBE
 async def test_pods_wait_for_their_coscheduling_pod_group(make_stack: StackFactory) -> None:
     stack = await make_stack(nodes=2)
     names = ["mpi-0", "mpi-1"]
@@ -137,7 +138,7 @@ async def test_a_builtin_pod_group_is_placed_and_its_status_says_so(make_stack: 
     assert scheduled["reason"] == "Scheduled"
     assert f"Slurm job {job['job_id']} allocated" in scheduled["message"]
     # Written through the status subresource, as the scheduler does.
-    writes = [r for r in stack.kube.requests if r.method == "PATCH" and "/podgroups/train" in r.path]
+    writes = [r for r in stack.fake.requests if r.method == "PATCH" and "/podgroups/train" in r.path]
     assert writes
     assert all(r.path.endswith("/status") for r in writes)
 
@@ -150,7 +151,7 @@ async def test_a_builtin_pod_group_is_placed_and_its_status_says_so(make_stack: 
 async def test_a_kubernetes_1_37_pod_group_is_placed_and_its_status_says_so(make_stack: StackFactory) -> None:
     stack = await make_stack(nodes=2, bridge=False)
     # Kubernetes 1.37 with both its versions enabled; 1.36's v1alpha2 is not served any more.
-    stack.kube.serve_scheduling_versions("v1beta1", "v1alpha3")
+    stack.fake.serve_scheduling_versions("v1beta1", "v1alpha3")
     bridge = await stack.start_bridge()
     names = ["gang-0", "gang-1"]
     for name in names:
@@ -198,7 +199,7 @@ async def test_a_kubernetes_1_37_pod_group_is_placed_and_its_status_says_so(make
     pod_group = stack.kube.get_object(BUILTIN, "gang", stack.namespace) or {}
     assert [c["type"] for c in pod_group["status"]["conditions"]] == ["PodGroupInitiallyScheduled"]
     # Read, watched and written at 1.37's newest version only.
-    paths = [r.path for r in stack.kube.requests if "/apis/scheduling.k8s.io/" in r.path]
+    paths = [r.path for r in stack.fake.requests if "/apis/scheduling.k8s.io/" in r.path]
     assert {p.split("/")[3] for p in paths} == {"v1beta1"}
     assert f"/apis/scheduling.k8s.io/v1beta1/namespaces/{stack.namespace}/podgroups/gang/status" in paths
 
@@ -225,6 +226,7 @@ async def test_an_unschedulable_builtin_pod_group_says_so(make_stack: StackFacto
     await stack.wait_pod("pinned-0", finished_cleanly)
 
 
+@ON_REAL_KUBE
 async def test_a_waiting_pod_that_ends_stops_the_wait(make_stack: StackFactory) -> None:
     stack = await make_stack(nodes=1)
     group_pod(stack, "stray", {grouping.LABEL_POD_GROUP: "ghost"})

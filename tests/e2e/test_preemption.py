@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from bridge import keys
-from tests.e2e.conftest import StackFactory
+from tests.e2e.conftest import ON_REAL_KUBE, StackFactory
 from tests.e2e.harness import Pod, Stack, bound, finished_cleanly, job_id_of
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, ON_REAL_KUBE]
 
 
 def condition(pod: Pod | None, kind: str) -> dict[str, Any] | None:

@@ -88,7 +88,7 @@ async def test_every_request_of_a_placement_is_granted_by_the_chart(make_stack: 
 
     documents = manifests()
     allowed = granted(one(documents, "ClusterRole", "slurm-bridge")) | granted(one(documents, "Role"))
-    used = {authorized_as(r) for r in stack.kube.requests}
+    used = {authorized_as(r) for r in stack.fake.requests}
     assert ("", "pods/eviction", "create") in used  # the run took the path that evicts
     assert ("coordination.k8s.io", "leases", "update") in used or (
         "coordination.k8s.io",

@@ -15,7 +15,7 @@ from temporalio.client import WorkflowHandle
 from tenacity import AsyncRetrying, stop_after_delay, wait_fixed
 
 from bridge.models import PlacementState
-from tests.e2e.conftest import StackFactory
+from tests.e2e.conftest import ON_REAL_KUBE, StackFactory
 from tests.e2e.harness import Stack, bound, finished_cleanly, job_id_of
 from worker.operations import retry_placement
 from workflows.placement import PlacementWorkflow
@@ -52,7 +52,7 @@ async def reset_to_first_task(
 async def test_an_attempt_after_the_submission_adopts_the_job(make_stack: StackFactory) -> None:
     stack = await make_stack(nodes=1)
     # The first Event after the submission fails: the activity is tried again, after submitting.
-    stack.kube.fail_next("POST", r"/events$", 500)
+    stack.fake.fail_next("POST", r"/events$", 500)
     stack.create_pod("flaky")
 
     pod = await stack.wait_pod("flaky", bound)
@@ -66,6 +66,7 @@ async def test_an_attempt_after_the_submission_adopts_the_job(make_stack: StackF
     await stack.wait_pod("flaky", finished_cleanly)
 
 
+@ON_REAL_KUBE
 async def test_a_reset_placement_adopts_its_job(make_stack: StackFactory) -> None:
     stack = await make_stack(nodes=1)
     created = stack.create_pod("rewound")
@@ -87,6 +88,7 @@ async def test_a_reset_placement_adopts_its_job(make_stack: StackFactory) -> Non
     assert (await again.result()).phase == "Done"
 
 
+@ON_REAL_KUBE
 async def test_retry_after_a_terminated_placement_adopts_the_job_it_left(make_stack: StackFactory) -> None:
     stack = await make_stack(nodes=1)
     stack.create_pod("holder")
@@ -108,6 +110,7 @@ async def test_retry_after_a_terminated_placement_adopts_the_job_it_left(make_st
     await stack.wait_pod("waiting", finished_cleanly)
 
 
+@ON_REAL_KUBE
 async def test_a_reset_run_whose_pods_finished_cancels_the_job_left_running(make_stack: StackFactory) -> None:
     """Terminated while bound, the pod finished meanwhile: the reset run must not leave the job running."""
     stack = await make_stack(nodes=1)

@@ -36,11 +36,11 @@ REFUSED = "Protocol authentication error"  # slurmrestd's words for a token it r
 def kube_texts(stack: Stack) -> dict[str, str]:
     """Every object the fake API server holds, and every request body the bridge sent it."""
     texts = {}
-    for rt in stack.kube.registry.all():
-        for obj in stack.kube.store.snapshot(rt, None):
+    for rt in stack.fake.registry.all():
+        for obj in stack.fake.store.snapshot(rt, None):
             meta = obj.get("metadata") or {}
             texts[f"{rt.kind} {meta.get('namespace')}/{meta.get('name')}"] = json.dumps(obj)
-    for i, request in enumerate(stack.kube.requests):
+    for i, request in enumerate(stack.fake.requests):
         texts[f"request {i} {request.method} {request.path}"] = json.dumps(request.body)
     return texts
 

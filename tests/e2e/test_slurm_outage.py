@@ -32,13 +32,13 @@ from temporalio.worker import Replayer
 
 from activities.slurm_client import SlurmClient
 from bench.probes import history_cost
-from tests.e2e.conftest import StackFactory
+from tests.e2e.conftest import ON_REAL_KUBE, StackFactory
 from tests.e2e.harness import Pod, Stack, bound, finished_cleanly, job_id_of
 from tests.slurm_bed import ExtraRestd, SlurmTestBed
 from worker.slurm_waker import waiting_query
 from workflows.placement import PlacementWorkflow
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, ON_REAL_KUBE]
 
 GOLDEN_HISTORY = Path(__file__).parent.parent / "histories" / "placement-v3-slurm-away.json"
 OUTAGE_SECONDS = float(os.environ.get("SLURM_OUTAGE_SECONDS", "12"))

@@ -23,7 +23,7 @@ from bridge import keys
 from bridge.models import PlacementState, admin_comment_for, workflow_id_of
 from bridge.slurm_api import JobDescMsg
 from bridge.slurm_api.v0044 import V0044JobInfo
-from tests.e2e.conftest import StackFactory
+from tests.e2e.conftest import ON_REAL_KUBE, StackFactory
 from tests.e2e.harness import (
     Pod,
     Stack,
@@ -41,7 +41,7 @@ from worker.schedules import ensure_sweep_schedule
 from workflows.placement import PlacementWorkflow
 from workflows.sweep import SweepWorkflow
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, ON_REAL_KUBE]
 
 
 def installation() -> str:

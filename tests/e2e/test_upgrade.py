@@ -301,7 +301,7 @@ async def test_old_and_new_replicas_side_by_side_in_a_rolling_update(
     # Every pod bound once, by one Slurm job of its own.
     bindings = [
         r.path.split("/")[-2]
-        for r in stack.kube.requests
+        for r in stack.fake.requests
         if r.method == "POST" and r.path.endswith("/binding")
     ]
     assert sorted(bindings) == sorted(names)

@@ -32,15 +32,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 
 from tests.kube_real.apiserver import ApiServer
 
+if TYPE_CHECKING:
+    from tests.kube_real.kubelet import RealKubelet
+
 Json = dict[str, Any]
 T = TypeVar("T")
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+# Groups of custom resources a test may use: installed on first use (tests/kube_real/crds.py).
+CUSTOM_GROUPS = frozenset({"scheduling.x-k8s.io", "jobset.x-k8s.io", "leaderworkerset.x-k8s.io"})
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,10 @@ class Resource:
         if sub is not None:
             base += f"/{sub}"
         return base
+
+
+def _without_status(obj: Json) -> Json:
+    return {key: value for key, value in obj.items() if key != "status"}
 
 
 class ApiFailure(RuntimeError):
@@ -103,18 +112,30 @@ class RealCluster:
             timeout=30,
         )
         self._resources: dict[str, Resource] = {}
-        self._changes = _Changes()
+        self.changes = _Changes()
         self._watched: set[tuple[str, str | None]] = set()
         self._watch_threads: list[threading.Thread] = []
         self._closing = threading.Event()
         self.created_nodes: set[str] = set()
+        self.kubelet: RealKubelet | None = None
         self.ensure_namespace(namespace)
+
+    def start_kubelet(self) -> None:
+        """Play the kubelet for this namespace's pods (tests/kube_real/kubelet.py)."""
+        from tests.kube_real.kubelet import RealKubelet
+
+        self.kubelet = RealKubelet(self).start()
 
     # -- discovery -------------------------------------------------------------
 
     def resource(self, name: str) -> Resource:
-        """ "pods", "nodes", "leases.coordination.k8s.io", "podgroups.scheduling.x-k8s.io"…"""
+        """A resource by the fake's spelling: "pods", "leases.coordination.k8s.io", …"""
         if name not in self._resources:
+            self._discover()
+        if name not in self._resources and name.split(".", 1)[-1] in CUSTOM_GROUPS:
+            from tests.kube_real import crds
+
+            crds.install(self)
             self._discover()
         if name not in self._resources:
             raise KeyError(f"the API server serves no resource {name!r}")
@@ -212,16 +233,19 @@ class RealCluster:
             current = self.call("GET", rt.path(namespace, name))
             changed = copy.deepcopy(current)
             changed = fn(changed) or changed
+            # Decided before any write: a status write changes metadata (resourceVersion,
+            # managedFields), which must not pass for a change of the object itself.
+            main_changed = _without_status(changed) != _without_status(current)
             try:
                 if changed.get("status") != current.get("status"):
-                    status_only = {**current, "status": changed["status"]}
-                    current = self.call("PUT", rt.path(namespace, name, "status"), status_only)
+                    current = self.call(
+                        "PUT", rt.path(namespace, name, "status"), {**current, "status": changed["status"]}
+                    )
                     changed["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-                    changed["status"] = current["status"]
-                if {k: v for k, v in changed.items() if k != "status"} != {
-                    k: v for k, v in current.items() if k != "status"
-                }:
-                    current = self.call("PUT", rt.path(namespace, name), changed)
+                if main_changed:
+                    current = self.call(
+                        "PUT", rt.path(namespace, name), {**changed, "status": current.get("status")}
+                    )
                 return current
             except ApiFailure as failure:
                 if failure.status != 409:
@@ -322,15 +346,15 @@ class RealCluster:
         """Block until `predicate()` is truthy, re-checked on every event of a watched resource."""
         deadline = time.monotonic() + timeout
         while True:
-            with self._changes.cond:
-                seen = self._changes.count
+            with self.changes.cond:
+                seen = self.changes.count
             value = predicate()
             if value:
                 return value
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise TimeoutError(f"kube_real: condition not met within {timeout}s")
-            self._changes.wait_past(seen, remaining)
+            self.changes.wait_past(seen, remaining)
 
     async def wait_for_async(self, predicate: Callable[[], T], timeout: float = 5.0) -> T:
         return await asyncio.to_thread(self.wait_for, predicate, timeout)
@@ -374,7 +398,7 @@ class RealCluster:
                                 version = ""  # 410: list again
                                 break
                             version = event["object"]["metadata"].get("resourceVersion") or version
-                            self._changes.bump()
+                            self.changes.bump()
                 except (httpx.HTTPError, ValueError, KeyError):
                     if self._closing.wait(0.2):
                         return
@@ -385,6 +409,8 @@ class RealCluster:
     def stop(self) -> None:
         """Remove what the test made: its pods (finalizers dropped first, as a stuck pod needs),
         its nodes; the namespace stays (no namespace controller would ever finish deleting it)."""
+        if self.kubelet is not None:
+            self.kubelet.stop()
         with contextlib.suppress(ApiFailure, httpx.HTTPError):
             pods = self.call("GET", f"/api/v1/namespaces/{self.namespace}/pods").get("items", [])
             for pod in pods:
