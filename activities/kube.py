@@ -199,7 +199,8 @@ class KubeActivities:
     @activity.defn(name="resolve_nodes")
     async def resolve_nodes(self, slurm_nodes: list[str]) -> list[str]:
         """Kubernetes node names for Slurm node names: the slurm-nodename label, else the same name."""
-        return await kubernetes_node_names(self.kube, ListedNodes(self.kube), slurm_nodes)
+        nodes = ListedNodes(self.kube, self.settings.scheduler_name)
+        return await kubernetes_node_names(self.kube, nodes, slurm_nodes)
 
     @activity.defn(name="bind_pods")
     async def bind_pods(self, pods: list[PodRef], nodes: list[str]) -> list[PodRef]:

@@ -1,11 +1,11 @@
 """Where the placement activities read the bridge's Kubernetes nodes from.
 
-The bridge's nodes are those registered by node sync (the external-node
-label, under either spelling) and those running slurmd (mapped by the
-slurm-nodename label). Kubernetes label selectors cannot OR keys, so one
-listing is one request per label: `ListedNodes` makes them on every call.
-The worker passes a watched cache instead (worker/node_cache.py), so a
-placement costs no node request at all.
+The bridge's nodes are those `bridge.feasibility.is_bridge_node` names: labelled
+for registration, mapped by the slurm-nodename label, or marked by node sync as
+the namesakes of Slurm nodes (the managed-node taint). A taint cannot be selected
+on the server, so a listing reads every node and keeps the bridge's: `ListedNodes`
+does so on every call. The worker passes a watched cache instead
+(worker/node_cache.py), so a placement costs no node request at all.
 """
 
 from collections.abc import Iterable, Sequence
@@ -16,11 +16,9 @@ from temporalio.exceptions import ApplicationError
 from activities.kube_client import Json, KubeClient, KubeNotFound, api_path
 from activities.slurm_client import SlurmClient
 from bridge import keys
-from bridge.feasibility import BRIDGE_NODE_LABELS, slurm_node_name
+from bridge.feasibility import is_bridge_node, slurm_node_name
 
 NODE_NOT_FOUND = "NodeNotFound"  # the failure type of a placement whose node Kubernetes lacks
-# One label selector per way a node becomes the bridge's (`bridge.feasibility.is_bridge_node`).
-SELECTORS = BRIDGE_NODE_LABELS
 
 
 class NodeSource(Protocol):
@@ -29,23 +27,21 @@ class NodeSource(Protocol):
         ...
 
 
-async def list_bridge_nodes(kube: KubeClient) -> list[Json]:
-    """The bridge's nodes, listed by label: the cost follows the bridge's nodes, not the cluster's."""
-    nodes: dict[str, Json] = {}
-    for selector in SELECTORS:
-        listed = await kube.request("GET", api_path("nodes"), query={"labelSelector": selector})
-        nodes.update({node["metadata"]["name"]: node for node in listed.get("items", [])})
-    return list(nodes.values())
+async def list_bridge_nodes(kube: KubeClient, scheduler_name: str) -> list[Json]:
+    """The bridge's nodes, from one listing of the cluster's nodes."""
+    listed = await kube.request("GET", api_path("nodes"))
+    return [node for node in listed.get("items", []) if is_bridge_node(node, scheduler_name)]
 
 
 class ListedNodes:
     """Lists the nodes on every call: for tools and tests that run no cache."""
 
-    def __init__(self, kube: KubeClient) -> None:
+    def __init__(self, kube: KubeClient, scheduler_name: str) -> None:
         self.kube = kube
+        self.scheduler_name = scheduler_name
 
     async def bridge_nodes(self) -> list[Json]:
-        return await list_bridge_nodes(self.kube)
+        return await list_bridge_nodes(self.kube, self.scheduler_name)
 
 
 async def kubernetes_node_names(kube: KubeClient, source: NodeSource, slurm_nodes: list[str]) -> list[str]:

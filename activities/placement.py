@@ -73,7 +73,7 @@ class PlacementActivities:
         self.kube = kube
         self.slurm = slurm
         # The worker's watched cache of the bridge's nodes; listed on each use without one.
-        self.nodes = nodes or ListedNodes(kube.kube)
+        self.nodes = nodes or ListedNodes(kube.kube, kube.settings.scheduler_name)
         self.claims = DeviceClaims(kube.kube, slurm.slurm)
         # The worker's Slurm-health gate: with it, a step that finds Slurm away fails at once
         # as SlurmUnavailable and its placement waits for the gate (activities/errors.py).
@@ -104,8 +104,8 @@ class PlacementActivities:
                 )
             pods.append(pod)
 
-        # No labelled bridge node at all (Slurm node names equal to Kubernetes ones, unlabelled):
-        # nothing to filter with, Slurm alone decides.
+        # No bridge node at all (none labelled, and node sync has marked no namesake of a Slurm
+        # node yet): nothing to filter with, Slurm alone decides.
         nodes = await self._bridge_nodes()
         feasibility = group_feasibility(pods, nodes)
         if nodes and feasibility.summary is not None:

@@ -433,10 +433,28 @@ def group_feasibility(
 BRIDGE_NODE_LABELS: tuple[str, ...] = (*keys.LABELS_EXTERNAL_NODE, keys.LABEL_SLURM_NODE_NAME)
 
 
-def is_bridge_node(node: Node) -> bool:
-    """Whether the node is one the bridge places on: the nodes `group_feasibility` is given."""
-    labels = (node.get("metadata") or {}).get("labels") or {}
-    return any(label in labels for label in BRIDGE_NODE_LABELS)
+def is_bridge_node(node: Node, scheduler_name: str) -> bool:
+    """Whether the bridge places on this node: the nodes `group_feasibility` is given.
+
+    One definition for the node rules, the node cache, `explain` and binding, taken from
+    node sync (bridge/node_sync.py), which alone sees both sides: a node labelled for
+    registration as an external Slurm node, a node slurm-operator maps by the slurm-nodename
+    label, or a node whose name Slurm knows (slurm-operator's default layout: same names,
+    no label). Node sync marks the last kind with the managed-node taint naming this
+    scheduler; that mark is what tells it here, with no Slurm request per placement.
+    """
+    metadata = _mapping(node.get("metadata"))
+    labels = _mapping(metadata.get("labels"))
+    if any(label in labels for label in BRIDGE_NODE_LABELS):
+        return True
+    taints = _mapping(node.get("spec")).get("taints") or []
+    return any(
+        isinstance(taint, Mapping)
+        and taint.get("key") == keys.TAINT_MANAGED_NODE
+        and taint.get("value") == scheduler_name
+        and taint.get("effect") == "NoExecute"
+        for taint in taints
+    )
 
 
 def excluded_slurm_nodes(result: Feasibility) -> list[str] | None:

@@ -127,6 +127,7 @@ def explain(
         mcs_label=mcs_label if mcs_label is not None else os.environ.get("MCS_LABEL", Defaults.mcs_label),
     )
     installation = installation or os.environ.get("INSTALLATION_ID") or keys.DEFAULT_INSTALLATION
+    scheduler_name = os.environ.get("SCHEDULER_NAME") or keys.DEFAULT_SCHEDULER_NAME
     policy_path = tenant_policy_file or os.environ.get("TENANT_POLICY_FILE")
     try:
         policy = load_policy(Path(policy_path)) if policy_path else None
@@ -137,19 +138,21 @@ def explain(
         text = sys.stdin.read() if source == "-" else path.read_text()
         try:
             explanations = asyncio.run(
-                explain_objects(load_objects(text, source), defaults, namespace, installation, policy)
+                explain_objects(
+                    load_objects(text, source), defaults, namespace, installation, policy, scheduler_name
+                )
             )
         except ExplainError as error:
             fail(str(error))
     elif "/" in source and not source.endswith((".yaml", ".yml", ".json")):
-        explanations = [_explain_live(source, kubeconfig, defaults, installation, policy)]
+        explanations = [_explain_live(source, kubeconfig, defaults, installation, policy, scheduler_name)]
     else:
         fail(f"{source}: no such file (give a file, -, or namespace/pod)")
     typer.echo(json.dumps([dataclasses.asdict(e) for e in explanations], indent=2))
 
 
 def _explain_live(
-    reference: str, kubeconfig: str | None, defaults: Any, installation: str, policy: Any
+    reference: str, kubeconfig: str | None, defaults: Any, installation: str, policy: Any, scheduler_name: str
 ) -> Any:
     from activities.kube_client import KubeClient, KubeError, KubeNotFound, api_path, load_configuration
     from activities.kube_reader import KubeReader
@@ -169,7 +172,7 @@ def _explain_live(
                 pod,
                 defaults,
                 installation,
-                nodes=await list_bridge_nodes(kube),
+                nodes=await list_bridge_nodes(kube, scheduler_name),
                 policy=policy,
             )
         except KubeNotFound:

@@ -17,7 +17,7 @@ from bridge import grouping
 from bridge.dra import device_requests
 from bridge.feasibility import excluded_slurm_nodes, group_feasibility, is_bridge_node
 from bridge.grouping import Json, Kind
-from bridge.keys import ANNOTATION_PLACEMENT
+from bridge.keys import ANNOTATION_PLACEMENT, DEFAULT_SCHEDULER_NAME
 from bridge.models import GENERATION_SEPARATOR, PLACEMENT_ID_PREFIX
 from bridge.policy import PolicySet
 from bridge.translate import Defaults, GroupShape, TranslationError, build_job
@@ -131,10 +131,15 @@ async def explain(
     namespace: str = "default",
     installation: str = "slurm-bridge",
     policy: PolicySet | None = None,
+    scheduler_name: str = DEFAULT_SCHEDULER_NAME,
 ) -> list[Explanation]:
     """The jobs of the pods in `objects`; Node objects among them stand for the cluster's nodes."""
     reader = MemoryReader(_identify(obj, namespace) for obj in objects)
-    nodes = [o for o in objects if o["kind"] == "Node" and o["apiVersion"] == "v1" and is_bridge_node(o)]
+    nodes = [
+        o
+        for o in objects
+        if o["kind"] == "Node" and o["apiVersion"] == "v1" and is_bridge_node(o, scheduler_name)
+    ]
     pods = reader.pods()
     if not pods:
         raise ExplainError("no Pod objects in the input: give the pods together with their owners")

@@ -351,7 +351,7 @@ class Bridge:
         self._kube_activities = kube_activities
         slurm_activities = SlurmActivities(self.slurm)
         # Every replica keeps the bridge's nodes watched: its placements read them from memory.
-        self.node_cache = NodeCache(self.kube)
+        self.node_cache = NodeCache(self.kube, s.scheduler_name)
         placement_activities = PlacementActivities(
             kube_activities, slurm_activities, self.node_cache, self.slurm_health
         )

@@ -66,7 +66,7 @@ class ExclusionRefresher:
             await self._finished.wait_for(lambda: self.refreshes >= count)
 
     async def _refresh(self) -> int:
-        nodes = await list_bridge_nodes(self.kube)
+        nodes = await list_bridge_nodes(self.kube, self.scheduler_name)
         if not nodes:
             return 0
         jobs: dict[int, list[Json]] = defaultdict(list)

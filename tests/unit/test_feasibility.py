@@ -11,6 +11,7 @@ from bridge.feasibility import (
     Rule,
     excluded_slurm_nodes,
     group_feasibility,
+    is_bridge_node,
     toleration_tolerates,
 )
 
@@ -461,3 +462,33 @@ def test_malformed_objects_do_not_raise() -> None:
     }
     result = check([weird_pod], [weird_node])
     assert result.infeasible[0].rule is Rule.NOT_READY
+
+
+SCHEDULER = keys.DEFAULT_SCHEDULER_NAME
+
+
+@pytest.mark.parametrize(
+    ("labels", "taints", "ours"),
+    [
+        ({keys.LABEL_EXTERNAL_NODE: "true"}, [], True),
+        ({keys.LABEL_EXTERNAL_NODE_ALIAS: ""}, [], True),
+        ({keys.LABEL_SLURM_NODE_NAME: "sn-1"}, [], True),
+        # slurm-operator's default layout: no label, a Slurm node of the same name, which node
+        # sync marks with the managed-node taint naming this scheduler.
+        (
+            {},
+            [{"key": keys.TAINT_MANAGED_NODE, "value": "slurm-bridge-scheduler", "effect": "NoExecute"}],
+            True,
+        ),
+        ({}, [{"key": keys.TAINT_MANAGED_NODE, "value": "other-scheduler", "effect": "NoExecute"}], False),
+        (
+            {},
+            [{"key": keys.TAINT_MANAGED_NODE, "value": "slurm-bridge-scheduler", "effect": "NoSchedule"}],
+            False,
+        ),
+        ({}, [{"key": "gpu", "effect": "NoSchedule"}], False),
+        ({}, [], False),
+    ],
+)
+def test_the_bridges_nodes(labels: dict[str, str], taints: list[dict[str, str]], ours: bool) -> None:
+    assert is_bridge_node(node("n", labels, taints=taints), SCHEDULER) is ours

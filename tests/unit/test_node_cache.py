@@ -1,9 +1,10 @@
 """The watched cache of the bridge's nodes, against the fake API server over real HTTP.
 
-It answers what listing by the bridge's labels would (nodes registered by node
+It answers what listing the bridge's nodes would (nodes registered by node
 sync under either label spelling, nodes mapped by the slurm-nodename label,
-nothing else), follows label changes and deletions through its watches, costs
-no request per read once synced, and lists while it is not synced.
+namesakes of Slurm nodes that node sync marked with the managed-node taint of
+this scheduler, nothing else), follows labels, taints and deletions through its
+watch, costs no request per read once synced, and lists while it is not synced.
 """
 
 import asyncio
@@ -19,11 +20,17 @@ from worker.node_cache import NodeCache, trimmed
 
 NODES = api_path("nodes")
 EXTERNAL, ALIAS = keys.LABELS_EXTERNAL_NODE
+SCHEDULER = keys.DEFAULT_SCHEDULER_NAME
+
+
+def managed_taint(scheduler: str = SCHEDULER) -> Json:
+    """Node sync's mark of a Kubernetes node whose name Slurm knows."""
+    return {"key": keys.TAINT_MANAGED_NODE, "value": scheduler, "effect": "NoExecute"}
 
 
 @pytest.fixture
 async def cache(client: KubeClient) -> AsyncIterator[NodeCache]:
-    cache = NodeCache(client)
+    cache = NodeCache(client, SCHEDULER)
     task = asyncio.create_task(cache.run())
     yield cache
     task.cancel()
@@ -55,15 +62,28 @@ def bridge_node_set(kube: FakeKubeServer) -> None:
     kube.create_node("alias", labels={ALIAS: "true"})
     kube.create_node("slurmd", labels={keys.LABEL_SLURM_NODE_NAME: "sn-1"})
     kube.create_node("web")  # not the bridge's
+    for name, scheduler in (("namesake", SCHEDULER), ("other-bridge", "another-scheduler")):
+        kube.create_node(name)
+        kube.update_object("nodes", name, tainted([managed_taint(scheduler)]))
 
 
-async def test_answers_what_listing_by_the_bridge_labels_answers(
+def tainted(taints: list[Json]) -> Callable[[Json], None]:
+    def apply(node: Json) -> None:
+        node["spec"]["taints"] = taints
+
+    return apply
+
+
+BRIDGE_NODES = {"registered", "alias", "slurmd", "namesake"}
+
+
+async def test_answers_what_listing_the_bridge_nodes_answers(
     kube: FakeKubeServer, client: KubeClient, cache: NodeCache
 ) -> None:
     bridge_node_set(kube)
-    listed = await ListedNodes(client).bridge_nodes()
+    listed = await ListedNodes(client, SCHEDULER).bridge_nodes()
     await until(cache, lambda c: c.synced)
-    assert names(await cache.bridge_nodes()) == names(listed) == {"registered", "alias", "slurmd"}
+    assert names(await cache.bridge_nodes()) == names(listed) == BRIDGE_NODES
 
 
 async def test_reads_cost_no_request_once_synced(
@@ -83,10 +103,10 @@ async def test_reads_cost_no_request_once_synced(
 
 async def test_lists_until_synced(kube: FakeKubeServer, client: KubeClient) -> None:
     bridge_node_set(kube)
-    cache = NodeCache(client)  # not running
-    assert names(await cache.bridge_nodes()) == {"registered", "alias", "slurmd"}
+    cache = NodeCache(client, SCHEDULER)  # not running
+    assert names(await cache.bridge_nodes()) == BRIDGE_NODES
     assert cache.listings == 1
-    assert node_lists(kube) == 3  # one per label that makes a node the bridge's
+    assert node_lists(kube) == 1
 
 
 async def test_follows_labels_taints_and_deletions(
@@ -111,7 +131,12 @@ async def test_follows_labels_taints_and_deletions(
     await until(cache, lambda c: "registered" not in cached(c))
     kube.delete_object("nodes", "alias")
     await until(cache, lambda c: "alias" not in cached(c))
-    assert set(cached(cache)) == {"slurmd", "web"}
+    # Node sync lifts its mark when Slurm no longer has the namesake, and the node leaves the cache.
+    kube.update_object("nodes", "namesake", tainted([]))
+    await until(cache, lambda c: "namesake" not in cached(c))
+    kube.update_object("nodes", "other-bridge", tainted([managed_taint()]))
+    await until(cache, lambda c: "other-bridge" in cached(c))
+    assert set(cached(cache)) == {"slurmd", "web", "other-bridge"}
 
 
 def test_keeps_only_what_node_rules_read() -> None:
