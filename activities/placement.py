@@ -17,7 +17,7 @@ whenever the attempt may follow an earlier one (docs/architecture.md).
 """
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from temporalio import activity
@@ -215,7 +215,7 @@ class PlacementActivities:
             asyncio.gather(*(self.kube.read_pod(ref) for ref in given.pods)),
         )
         if not job.running or len(job.nodes) < len(given.pods):
-            return BindResult(job=job)
+            return _bound_before(job, given.pods, reads)
         slurm_nodes = job.nodes[: len(given.pods)]
         nodes = await kubernetes_node_names(self.kube.kube, self.nodes, slurm_nodes)
         leaving = await self._leaving(nodes, given.job_id)
@@ -579,3 +579,26 @@ def _placeable(pod: Json) -> bool:
     """Neither being deleted nor finished."""
     status = pod.get("status") or {}
     return not pod["metadata"].get("deletionTimestamp") and status.get("phase") not in ("Succeeded", "Failed")
+
+
+def _bound_before(job: JobEvent, refs: list[PodRef], reads: Sequence[Json | None]) -> BindResult:
+    """The bind step's answer when the job does not (or no longer) run: not bound, unless an
+    earlier attempt of this step bound the pods before the job ended.
+
+    A local attempt can bind and still time out (an Event write hanging while the API server
+    shuts down); the retry then finds the job over. Reporting those pods unbound would fail the
+    placement as "never placed" and leave them running without an allocation; reported bound,
+    the placement follows the job's end and evicts them with its reason.
+    """
+    bound = [(pod.get("spec") or {}).get("nodeName") if pod is not None else None for pod in reads]
+    if not any(bound):
+        return BindResult(job=job)
+    log.info(
+        "pods %s were bound by an earlier attempt; Slurm job %s is %s",
+        [r.key for r in refs],
+        job.job_id,
+        job.summary,
+    )
+    return BindResult(
+        job=job, slurm_nodes=list(job.nodes[: len(refs)]), nodes=[str(node or "") for node in bound]
+    )

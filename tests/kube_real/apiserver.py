@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,29 +38,47 @@ def assets_folder() -> Path | None:
     return Path(done.stdout.strip()) if done.returncode == 0 else None
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+def _start(directory: Path, port: int, etcd_port: int) -> dict[str, str]:
+    """Start (what is not running of) the instance in `directory`; its KEY=VALUE lines."""
+    command = [
+        str(SCRIPT),
+        "start",
+        str(directory),
+        "--port",
+        str(port),
+        "--etcd-port",
+        str(etcd_port),
+        "--owner",
+        str(os.getpid()),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=180)
+    if done.returncode != 0:
+        raise RuntimeError(f"kube-apiserver did not start: {done.stderr.strip()[-2000:]}")
+    return dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
 
 
-def _free_port_pair() -> int:
-    """A port whose successor is free too (etcd's client and peer ports)."""
+def _free_ports() -> tuple[int, int]:
+    """The API server's port and etcd's client port, whose successor (etcd's peer port) is free
+    too: three distinct ports, held open together while they are chosen."""
     for _ in range(50):
-        port = _free_port()
-        try:
-            with socket.socket() as probe:
-                probe.bind(("127.0.0.1", port + 1))
-        except OSError:
-            continue
-        return port
-    raise RuntimeError("no two adjacent free ports on 127.0.0.1")
+        with socket.socket() as api, socket.socket() as client, socket.socket() as peer:
+            api.bind(("127.0.0.1", 0))
+            client.bind(("127.0.0.1", 0))
+            etcd_port = int(client.getsockname()[1])
+            try:
+                peer.bind(("127.0.0.1", etcd_port + 1))
+            except OSError:
+                continue
+            return int(api.getsockname()[1]), etcd_port
+    raise RuntimeError("no free ports for kube-apiserver and etcd on 127.0.0.1")
 
 
 @dataclass(frozen=True)
 class ApiServer:
     """A running instance: where it is and how to reach it as cluster admin."""
 
+    port: int
+    etcd_port: int
     directory: Path
     url: str
     ca_file: Path
@@ -76,23 +96,15 @@ class ApiServer:
             )
         INSTANCES.mkdir(parents=True, exist_ok=True)
         directory = Path(tempfile.mkdtemp(prefix="session-", dir=INSTANCES))
-        command = [
-            str(SCRIPT),
-            "start",
-            str(directory),
-            "--port",
-            str(_free_port()),
-            "--etcd-port",
-            str(_free_port_pair()),
-            "--owner",
-            str(os.getpid()),
-        ]
-        done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=180)
-        if done.returncode != 0:
+        port, etcd_port = _free_ports()
+        try:
+            env = _start(directory, port, etcd_port)
+        except RuntimeError:
             subprocess.run([str(SCRIPT), "stop", str(directory)], check=False)
-            raise RuntimeError(f"kube-apiserver did not start: {done.stderr.strip()[-2000:]}")
-        env = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
+            raise
         return cls(
+            port=port,
+            etcd_port=etcd_port,
             directory=directory,
             url=env["K8S_API"],
             ca_file=Path(env["K8S_CA"]),
@@ -105,6 +117,22 @@ class ApiServer:
     def tls_context(self) -> ssl.SSLContext:
         """A client context that trusts this server's CA."""
         return ssl.create_default_context(cafile=str(self.ca_file))
+
+    def stop_apiserver(self) -> None:
+        """An outage: kube-apiserver stops (SIGTERM), etcd and its data stay."""
+        pid = int((self.directory / "kube-apiserver.pid").read_text())
+        os.kill(pid, signal.SIGTERM)
+        for _ in range(100):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.1)
+        os.kill(pid, signal.SIGKILL)
+
+    def start_apiserver(self) -> None:
+        """The end of an outage: kube-apiserver again, on the same port and data, until ready."""
+        _start(self.directory, self.port, self.etcd_port)
 
     def stop(self) -> None:
         subprocess.run([str(SCRIPT), "stop", str(self.directory)], check=False, timeout=60)

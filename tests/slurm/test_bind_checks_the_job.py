@@ -61,3 +61,32 @@ async def test_a_running_job_is_bound_only_when_its_comment_names_the_placement(
         assert (result.job.gone, result.nodes) == (True, [])
         assert bound is None
     await slurm_client.cancel_job(job_id)
+
+
+async def test_pods_an_earlier_attempt_bound_stay_bound_after_their_job_ended(
+    steps: tuple[FakeKubeServer, PlacementActivities],
+    slurm_client: SlurmClient,
+    slurm_partition: MakePartition,
+) -> None:
+    """A local bind attempt can bind and still time out (an Event write hanging while the API
+    server shuts down). If the job ends before the retry, the retry must report the pods bound,
+    so the placement evicts them with the job's reason instead of calling them never placed."""
+    kube, activities = steps
+    partition = slurm_partition()
+    (node,) = partition.node_names[:1]
+    kube.create_node(node)
+    pod = kube.create_object("pods", pod_body("p"), "default")
+    ref = PodRef(namespace="default", name="p", uid=pod["metadata"]["uid"])
+    job_id = await slurm_client.submit_job(
+        external_job(partition.name, comment=OURS, admin_comment=admin_comment_for([ref.key]))
+    )
+    await wait_for_job(slurm_client, job_id, lambda job: "RUNNING" in (job.job_state or []), "running")
+    first = await activities.bind(BindInput(pods=[ref], job_id=job_id, placement_id=OURS))
+    assert first.nodes == [node]
+
+    await slurm_client.cancel_job(job_id)
+    await wait_for_job(slurm_client, job_id, lambda job: "CANCELLED" in (job.job_state or []), "cancelled")
+    retry = await activities.bind(BindInput(pods=[ref], job_id=job_id, placement_id=OURS))
+
+    assert not retry.job.running
+    assert (retry.slurm_nodes, retry.nodes) == ([node], [node])
