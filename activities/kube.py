@@ -29,6 +29,7 @@ from activities.node_source import ListedNodes, kubernetes_node_names
 from bridge import grouping, keys
 from bridge.models import JobDescription, PlacementRequest, PodRef
 from bridge.policy import PolicyFile
+from bridge.resources import Capacity
 from bridge.translate import Defaults, GroupShape, TranslationError, build_job
 
 # Temporal's activity logger: each line carries the workflow and activity ids.
@@ -169,9 +170,17 @@ class KubeActivities:
         return await self.build_job(request, pods)
 
     async def build_job(
-        self, request: PlacementRequest, pods: list[Json], excluded_nodes: list[str] | None = None
+        self,
+        request: PlacementRequest,
+        pods: list[Json],
+        excluded_nodes: list[str] | None = None,
+        capacity: Capacity | None = None,
     ) -> JobDescription:
-        """The job for these pods (as read), in the group's order; bad input is final."""
+        """The job for these pods (as read), in the group's order; bad input is final.
+
+        `capacity`: what all the bridge's nodes have together, to refuse a PodGroup whose
+        spec.minResources no state of the cluster could meet (`bridge.translate.build_job`).
+        """
         pods = grouping.in_order(pods)
         try:
             group = await grouping.resolve(KubeReader(self.kube), pods[0])
@@ -182,6 +191,7 @@ class KubeActivities:
                 defaults=self.settings.defaults,
                 excluded_nodes=excluded_nodes,
                 policy=self.settings.policy.current(),
+                capacity=capacity,
             )
         except (TranslationError, grouping.GroupError) as error:
             raise ApplicationError(str(error), type=INVALID_POD, non_retryable=True) from error

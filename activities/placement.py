@@ -53,6 +53,7 @@ from bridge.models import (
     SubmitResult,
 )
 from bridge.pod_events import job_annotations, job_id_label
+from bridge.resources import total_allocatable
 from webhook.policy import managed_node_toleration, tolerates_managed_nodes
 
 # Temporal's activity logger: each line carries the workflow and activity ids.
@@ -112,7 +113,13 @@ class PlacementActivities:
             if feasibility.summary != given.reported:
                 await self._tell_no_node_fits(request.pods, pods[0], feasibility.summary)
             return Prepared(submitted=False, pods=request.pods, unschedulable=feasibility.summary)
-        job = await self.kube.build_job(request, pods, excluded_nodes=excluded_slurm_nodes(feasibility))
+        job = await self.kube.build_job(
+            request,
+            pods,
+            excluded_nodes=excluded_slurm_nodes(feasibility),
+            # Judged at submission only: a job already accepted is not refused later.
+            capacity=total_allocatable(nodes) if nodes else None,
+        )
         recovery = given.recovery or activity.info().attempt > 1
         submitted = await self._submit(job, given.placement_id, since=given.since, recovery=recovery)
         by_key = {ref.key: ref for ref in request.pods}

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from bridge.quantity import QuantityError, mebibytes, parse_quantity, whole_cpus
+from bridge.quantity import QuantityError, parse_quantity
 from bridge.translate import GroupShape
 
 Json = dict[str, Any]
@@ -235,14 +235,20 @@ async def _owner_chain(reader: Reader, pod: Json) -> list[tuple[Kind | None, Jso
     return chain
 
 
-def _resources_floor(pod_group: Json) -> tuple[int | None, int | None]:
-    resources = (pod_group.get("spec") or {}).get("minResources") or {}
-    try:
-        cpus = whole_cpus(parse_quantity(str(resources["cpu"]))) if "cpu" in resources else None
-        memory = mebibytes(parse_quantity(str(resources["memory"]))) if "memory" in resources else None
-    except QuantityError as error:
-        raise GroupError(f"PodGroup spec.minResources: {error}") from None
-    return (cpus or None, memory or None)
+def _min_resources(pod_group: Json, namespace: str, name: str) -> tuple[tuple[str, str], ...]:
+    """spec.minResources as written, each quantity checked: the whole group's minimum (never a node's)."""
+    resources = _field(pod_group, "spec", "minResources") or {}
+    where = f"PodGroup {namespace}/{name} spec.minResources"
+    if not isinstance(resources, dict):
+        raise GroupError(f"{where} must map resource names to quantities")
+    checked = []
+    for resource, value in sorted(resources.items()):
+        try:
+            parse_quantity(str(value))
+        except QuantityError as error:
+            raise GroupError(f"{where} {resource}: {error}") from None
+        checked.append((str(resource), str(value)))
+    return tuple(checked)
 
 
 async def resolve(reader: Reader, pod: Json) -> Group:
@@ -297,9 +303,22 @@ async def resolve(reader: Reader, pod: Json) -> Group:
 
 
 def _coscheduling(pod_group: Json, namespace: str, name: str) -> Group:
+    """A scheduler-plugins PodGroup, its fields read as the coscheduling plugin reads them.
+
+    - minMember: the pods that must exist before the group is placed (the plugin's
+      PreFilter quorum). The job then asks for one node per pod it carries, no fewer:
+      Slurm would start a job with fewer nodes than pods (minimum_nodes below the
+      node count), and the pods left without a node could not run beside it.
+    - minResources: the whole group's minimum (`GroupShape.min_resources`); it never
+      sizes a node.
+    - scheduleTimeoutSeconds: not read. It bounds how long the plugin's Permit holds
+      pods already given a node while their siblings are placed; a Slurm job is
+      allocated whole or not at all, so no pod ever holds a node waiting.
+    - status.phase: not read, as the coscheduling plugin does not read it; it is the
+      controller's account of the pods (docs/groups.md).
+    """
     spec = pod_group.get("spec") or {}
     min_member = int(spec.get("minMember") or 1)
-    cpus, memory = _resources_floor(pod_group)
     return Group(
         key=f"{namespace}/podgroup/{name}/{_meta(pod_group).get('uid')}",
         kind="PodGroup",
@@ -308,7 +327,7 @@ def _coscheduling(pod_group: Json, namespace: str, name: str) -> Group:
         min_pods=min_member,
         member_selector=f"{LABEL_POD_GROUP}={name}",
         annotations=_meta(pod_group).get("annotations") or {},
-        shape=GroupShape(name=name, min_nodes=min_member, cpus_per_task=cpus, memory_mib=memory),
+        shape=GroupShape(name=name, min_resources=_min_resources(pod_group, namespace, name)),
     )
 
 

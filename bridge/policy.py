@@ -124,8 +124,17 @@ class PolicySet(BaseModel):
             ("group-id", "group_id", policy.allowed_group_ids),
         ):
             value = getattr(job, field)
-            if value is not None and allowed_ids is not None and int(value) not in allowed_ids:
-                what = name.replace("-", " ") + "s"
+            if value is None or allowed_ids is None:
+                continue
+            what = name.replace("-", " ") + "s"
+            if not value.isdigit():
+                # Slurm also takes a name (resolved on its own hosts): the policy cannot tell
+                # which id that is, so a restricted namespace names its ids by number.
+                problems.append(
+                    _denied(name, value, namespace, what, [str(i) for i in allowed_ids])
+                    + " (by number: a name cannot be checked against the policy)"
+                )
+            elif int(value) not in allowed_ids:
                 problems.append(_denied(name, value, namespace, what, [str(i) for i in allowed_ids]))
         if (
             job.priority is not None

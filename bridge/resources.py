@@ -188,3 +188,30 @@ def placement_problems(pod: Pod) -> list[str]:
     except PodSpecError as error:
         problems.extend(error.problems)
     return list(dict.fromkeys(problems))
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """What a set of Kubernetes nodes have together: their count and summed `status.allocatable`."""
+
+    nodes: int
+    allocatable: ResourceList
+
+
+def total_allocatable(nodes: Iterable[Mapping[str, Any]]) -> Capacity:
+    """The nodes' `status.allocatable`, added up resource by resource.
+
+    A quantity that does not parse counts as nothing (the API server validated it;
+    a fake or a partial object must not break a placement).
+    """
+    total: ResourceList = {}
+    count = 0
+    for node in nodes:
+        count += 1
+        status = _object(node.get("status"), "", [])
+        for name, value in _object(status.get("allocatable"), "", []).items():
+            try:
+                total[name] = total.get(name, Fraction(0)) + parse_quantity(str(value))
+            except QuantityError:
+                continue
+    return Capacity(count, total)

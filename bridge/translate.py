@@ -8,14 +8,24 @@ resources, then annotations override everything.
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import Any, TypeVar
 
 from bridge import keys
 from bridge.annotations import AnnotationError, JobAnnotations, parse_job_annotations
 from bridge.models import JobDescription, NoValNumber, admin_comment_for
 from bridge.policy import PolicySet
-from bridge.quantity import mebibytes, whole_cpus
-from bridge.resources import DRA_CPU, Pod, PodSpecError, group_resources, placement_problems
+from bridge.quantity import MIB, QuantityError, mebibytes, parse_quantity, whole_cpus
+from bridge.resources import (
+    DRA_CPU,
+    Capacity,
+    Pod,
+    PodSpecError,
+    group_resources,
+    placement_problems,
+)
+
+T = TypeVar("T")
+U = TypeVar("U")
 
 
 class TranslationError(ValueError):
@@ -38,8 +48,11 @@ class GroupShape:
     min_nodes: int | None = None
     max_nodes: int | None = None
     time_limit_minutes: int | None = None
-    cpus_per_task: int | None = None  # a floor, e.g. PodGroup spec.minResources
-    memory_mib: int | None = None
+    # A coscheduling PodGroup's spec.minResources, (name, quantity) as written: what the whole
+    # group needs together, as scheduler-plugins reads it. It never sizes a node (each node is
+    # sized by the group's largest pod); `build_job` refuses a group whose total all the
+    # bridge's nodes together cannot hold.
+    min_resources: tuple[tuple[str, str], ...] = ()
 
 
 def pod_key(pod: Pod) -> str:
@@ -68,6 +81,46 @@ def _no_val(number: int | None) -> NoValNumber | None:
     return NoValNumber(number=number) if number is not None else None
 
 
+def _given(override: T | None, derived: U) -> T | U:
+    """The annotation's value when the annotation is there, whatever it is; else the derived one."""
+    return override if override is not None else derived
+
+
+def _shown(quantity: Fraction) -> str:
+    """A quantity as a person writes it: 16Gi, 512Mi, 8, 1.5."""
+    for suffix, unit in (("Gi", 2**30), ("Mi", MIB)):
+        if quantity >= unit and quantity % unit == 0:
+            return f"{quantity // unit}{suffix}"
+    return str(quantity.numerator) if quantity.denominator == 1 else f"{float(quantity):g}"
+
+
+def min_resources_problems(shape: GroupShape, capacity: Capacity) -> list[str]:
+    """Why the group's spec.minResources can never be met on the bridge's nodes; empty when it can.
+
+    scheduler-plugins' coscheduling admits a group only while the cluster has its
+    minResources free; whether nodes are free is Slurm's to judge here, so the bridge
+    refuses only what no state of the cluster could meet: more than all its nodes have
+    together. Devices requested through DRA classes are not in a node's allocatable
+    (they are in ResourceSlices) and are not judged.
+    """
+    problems = []
+    for name, text in shape.min_resources:
+        if name.startswith(keys.DRA_RESOURCE_PREFIX):
+            continue
+        try:
+            wanted = parse_quantity(text)
+        except QuantityError:  # pragma: no cover - grouping refused it already
+            continue
+        have = capacity.allocatable.get(name, Fraction(0))
+        if wanted > have:
+            problems.append(
+                f"the PodGroup's spec.minResources asks for {name} {text} for the whole group, more than all "
+                f"{capacity.nodes} of the bridge's nodes have together ({_shown(have)} in their "
+                "status.allocatable); lower spec.minResources or add nodes"
+            )
+    return problems
+
+
 def build_job(
     pods: Sequence[Pod],
     *,
@@ -76,15 +129,19 @@ def build_job(
     defaults: Defaults,
     excluded_nodes: Sequence[str] | None = None,
     policy: PolicySet | None = None,
+    capacity: Capacity | None = None,
 ) -> JobDescription:
     """The job_desc_msg for a group of pods placed together, one pod per node.
 
     Per-node CPUs, memory and GPUs are the largest any pod of the group asks
     for, each resource on its own (`bridge.resources.group_resources`), so
-    whichever pod lands on a node fits there. `excluded_nodes` are Slurm node
-    names the job must avoid (`bridge.feasibility.excluded_slurm_nodes`).
-    `policy` is the tenant policy (`bridge.policy`) of the pods' namespace:
-    its violations are problems, its defaults fill what the annotations leave out.
+    whichever pod lands on a node fits there; nothing else sizes a node.
+    `excluded_nodes` are Slurm node names the job must avoid
+    (`bridge.feasibility.excluded_slurm_nodes`). `policy` is the tenant policy
+    (`bridge.policy`) of the pods' namespace: its violations are problems, its
+    defaults fill what the annotations leave out. `capacity` is what all the
+    bridge's nodes have together, when they are known: a PodGroup whose
+    spec.minResources exceed it is refused (`min_resources_problems`).
     """
     if not pods:
         raise TranslationError(f"{shape.name}: no pods to place")
@@ -101,6 +158,8 @@ def build_job(
             namespace = str((pods[0].get("metadata") or {}).get("namespace") or "")
             problems += policy.check(namespace, overrides, fallback_partition=defaults.partition)
             overrides = policy.apply_defaults(namespace, overrides)
+    if capacity is not None:
+        problems += min_resources_problems(shape, capacity)
     if problems:
         raise TranslationError("; ".join(problems))
 
@@ -108,28 +167,29 @@ def build_job(
         per_node = group_resources(pods)
     except PodSpecError as error:  # pragma: no cover - placement_problems reported it already
         raise TranslationError(str(error)) from error
-    cpus, memory = shape.cpus_per_task, shape.memory_mib
+    # Unset when no pod asks: Slurm then applies the partition's defaults, as upstream.
     largest_cpus = whole_cpus(max(per_node.get("cpu", Fraction(0)), per_node.get(DRA_CPU, Fraction(0))))
-    if largest_cpus > 0:
-        cpus = max(cpus or 0, largest_cpus)
-    if per_node.get("memory", Fraction(0)) > 0:
-        memory = max(memory or 0, mebibytes(per_node["memory"]))
+    cpus = largest_cpus if largest_cpus > 0 else None
+    memory = mebibytes(per_node["memory"]) if per_node.get("memory", Fraction(0)) > 0 else None
     gres = _largest_gpu(per_node)
 
+    # An annotation overrides whenever it is present, zero and empty included: upstream
+    # sends those values as they are (cpu-per-task 0, mem-per-node 0 = the whole node's
+    # memory, gres "" = no GRES, min-nodes 0).
     count = len(pods)
-    min_nodes = overrides.min_nodes or shape.min_nodes or count
-    max_nodes = overrides.max_nodes or shape.max_nodes or count
+    min_nodes = _given(overrides.min_nodes, shape.min_nodes or count)
+    max_nodes = _given(overrides.max_nodes, shape.max_nodes or count)
     if overrides.time_limit_infinite:
         time_limit: NoValNumber | None = NoValNumber(infinite=True)
     else:
-        time_limit = _no_val(overrides.time_limit_minutes or shape.time_limit_minutes)
+        time_limit = _no_val(_given(overrides.time_limit_minutes, shape.time_limit_minutes))
     if min_nodes > max_nodes:
         raise TranslationError(
             f"{shape.name}: minimum nodes ({min_nodes}) exceed maximum nodes ({max_nodes}); "
             f"check the {keys.SLURMJOB_PREFIX}min-nodes and max-nodes annotations"
         )
     return JobDescription(
-        name=overrides.job_name or shape.name,
+        name=_given(overrides.job_name, shape.name),
         flags=[keys.EXTERNAL_JOB_FLAG],
         admin_comment=admin_comment_for([pod_key(p) for p in pods]),
         partition=overrides.partition or defaults.partition,
@@ -137,9 +197,9 @@ def build_job(
         minimum_nodes=min_nodes,
         maximum_nodes=max_nodes,
         tasks_per_node=1,
-        cpus_per_task=overrides.cpu_per_task or cpus,
-        memory_per_node=_no_val(overrides.mem_per_node_mib or memory),
-        tres_per_node=overrides.gres or gres,
+        cpus_per_task=_given(overrides.cpu_per_task, cpus),
+        memory_per_node=_no_val(_given(overrides.mem_per_node_mib, memory)),
+        tres_per_node=_given(overrides.gres, gres) or None,
         shared=[] if overrides.exclusive is False else ["none"],
         mcs_label=defaults.mcs_label or None,
         account=overrides.account,

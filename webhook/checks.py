@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from bridge import keys
-from bridge.annotations import AnnotationError, JobAnnotations, parse_job_annotations
+from bridge.annotations import AnnotationError, JobAnnotations, annotation_warnings, parse_job_annotations
 from bridge.resources import DRA_CPU, PodSpecError, placement_problems, pod_resources
 from bridge.translate import Defaults, TranslationError, build_pod_job
 from webhook.policy import AdmissionPolicy
@@ -102,6 +102,17 @@ def annotation_problems(annotations: Mapping[str, str]) -> tuple[JobAnnotations 
         return parse_job_annotations(annotations), []
     except AnnotationError as error:
         return None, [str(problem) for problem in error.problems]
+
+
+def annotation_warnings_of(obj: Mapping[str, Any], where: str = "") -> list[str]:
+    """What the object's annotations say that is accepted but likely not meant: an unknown key
+    under the prefix (ignored, as upstream ignores it), a non-boolean `exclusive`. Warnings, not
+    denials: a manifest written for upstream slurm-bridge must pass."""
+    _, annotations, problems = metadata_maps(obj, where)
+    if problems:
+        return []  # reported as problems
+    prefix = f"in {where.rstrip('.')}: " if where else ""
+    return [prefix + warning for warning in annotation_warnings(annotations)]
 
 
 def _dra_classes(pod: Mapping[str, Any]) -> set[str]:

@@ -10,6 +10,8 @@ Pods:
   annotations; a bare pod must also pass the worker's translation;
 - the `slurmjob.slinky.slurm.net/*` annotations of a bridge pod or workload (and
   of its templates) must keep to the namespace's tenant policy (`bridge.policy`);
+  what upstream slurm-bridge accepts but is likely a mistake (an unknown key, which
+  both ignore; an `exclusive` value other than true/false) is admitted with a warning;
 - `pods/resize` of a bridge pod is refused (its Slurm allocation is fixed);
 - `pods/status` may change labels and annotations too: the owned keys are guarded there as well.
 Workloads (Job, JobSet, LeaderWorkerSet, PodGroup): see `webhook.workloads`.
@@ -18,10 +20,11 @@ On UPDATE only problems the update introduces are refused, so an object that
 predates the webhook can still be updated (finalizers removed, labels added).
 """
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from webhook.checks import (
+    annotation_warnings_of,
     metadata_maps,
     owned_keys_on_create,
     owned_keys_on_update,
@@ -31,7 +34,7 @@ from webhook.checks import (
 )
 from webhook.policy import AdmissionPolicy, has_controller, is_bridge_pod
 from webhook.review import AdmissionRequest, AdmissionResponse
-from webhook.workloads import WORKLOADS, workload_problems
+from webhook.workloads import WORKLOADS, workload_problems, workload_warnings
 
 MAX_MESSAGE = 4000
 MAX_WARNING = 250  # the API server may truncate longer warnings
@@ -51,8 +54,18 @@ def denial(uid: str, subject: str, problems: list[str]) -> AdmissionResponse:
     return AdmissionResponse.deny(uid, head + "; ".join(shown) + (f" (and {rest} more)" if rest else ""))
 
 
-def _warnings(problems: list[str]) -> list[str]:
-    return [("already present, fix when convenient: " + p)[:MAX_WARNING] for p in problems[:10]]
+def _warnings(problems: list[str], notes: Sequence[str] = ()) -> list[str]:
+    """Problems the object already had (kept, not refused), then `notes`: accepted, likely not meant."""
+    shown = ["already present, fix when convenient: " + p for p in problems] + list(notes)
+    return [w[:MAX_WARNING] for w in shown[:10]]
+
+
+def _introduced(
+    find: Callable[[Mapping[str, Any]], list[str]], old: Mapping[str, Any], new: Mapping[str, Any]
+) -> list[str]:
+    """Warnings of `new` that `old` did not have: an update is not warned about again for them."""
+    before = find(old)
+    return [w for w in find(new) if w not in before]
 
 
 def _new_problems(
@@ -83,15 +96,15 @@ def _pod_checks(
 def _validate_pod(request: AdmissionRequest, *, managed: bool, policy: AdmissionPolicy) -> AdmissionResponse:
     pod, old = request.object or {}, request.old_object or {}
     bridge_user = policy.is_bridge_user(request.user_info.username)
+    notes: list[str] = []  # accepted, likely not meant: returned as warnings
     if request.operation == "CREATE":
         problems = [] if bridge_user else owned_keys_on_create(pod, policy)
         if is_bridge_pod(pod, managed=managed, policy=policy):
             problems += _pod_checks(pod, creating=True, namespace=request.namespace, policy=policy)
-        return (
-            denial(request.uid, "pod not accepted", problems)
-            if problems
-            else AdmissionResponse.allow(request.uid)
-        )
+            notes = annotation_warnings_of(pod)
+        if problems:
+            return denial(request.uid, "pod not accepted", problems)
+        return AdmissionResponse.allow(request.uid, warnings=_warnings([], notes))
     problems = [] if bridge_user else owned_keys_on_update(old, pod, policy)
     existing: list[str] = []
     # An existing pod is the bridge's only if it names our scheduler: a pod
@@ -101,9 +114,10 @@ def _validate_pod(request: AdmissionRequest, *, managed: bool, policy: Admission
             lambda p: _pod_checks(p, creating=False, namespace=request.namespace, policy=policy), old, pod
         )
         problems += introduced
+        notes = _introduced(annotation_warnings_of, old, pod)
     if problems:
         return denial(request.uid, "pod update not accepted", problems)
-    return AdmissionResponse.allow(request.uid, warnings=_warnings(existing))
+    return AdmissionResponse.allow(request.uid, warnings=_warnings(existing, notes))
 
 
 def _validate_status(request: AdmissionRequest, *, policy: AdmissionPolicy) -> AdmissionResponse:
@@ -163,12 +177,17 @@ def validate(request: AdmissionRequest, *, managed: bool, policy: AdmissionPolic
         def problems_of(obj: Mapping[str, Any]) -> list[str]:
             return workload_problems(find, obj, managed=managed, policy=policy, namespace=request.namespace)
 
+        def warnings_of(obj: Mapping[str, Any]) -> list[str]:
+            return workload_warnings(find, obj, managed=managed, policy=policy)
+
         existing: list[str] = []
         if request.operation == "CREATE":
             problems = problems_of(request.object)
+            notes = warnings_of(request.object)
         else:
             problems, existing = _new_problems(problems_of, request.old_object or {}, request.object)
+            notes = _introduced(warnings_of, request.old_object or {}, request.object)
         if problems:
             return denial(request.uid, f"{request.kind.kind} not accepted", problems)
-        return AdmissionResponse.allow(request.uid, warnings=_warnings(existing))
+        return AdmissionResponse.allow(request.uid, warnings=_warnings(existing, notes))
     return _validate_pod(request, managed=managed, policy=policy)

@@ -17,6 +17,7 @@ from typing import Any
 from bridge import keys
 from webhook.checks import (
     annotation_problems,
+    annotation_warnings_of,
     metadata_maps,
     owned_keys_on_create,
     pod_problems,
@@ -72,6 +73,37 @@ WORKLOADS: dict[tuple[str, str], TemplateFinder] = {
 }
 
 
+def _bridge_templates(
+    find_templates: TemplateFinder,
+    obj: Mapping[str, Any],
+    annotations: Mapping[str, str],
+    *,
+    managed: bool,
+    policy: AdmissionPolicy,
+) -> tuple[bool, list[Template]]:
+    """(whether the workload selects the bridge, its pod templates that do)."""
+    ours = [(path, t) for path, t in find_templates(obj) if is_bridge_pod(t, managed=managed, policy=policy)]
+    if find_templates is no_templates:
+        return managed or any(key.startswith(keys.SLURMJOB_PREFIX) for key in annotations), ours
+    return bool(ours), ours
+
+
+def workload_warnings(
+    find_templates: TemplateFinder, obj: Mapping[str, Any], *, managed: bool, policy: AdmissionPolicy
+) -> list[str]:
+    """The admission warnings of a workload the bridge checks: its own annotations and its templates'."""
+    _, annotations, problems = metadata_maps(obj)
+    if problems:
+        return []
+    selects, ours = _bridge_templates(find_templates, obj, annotations, managed=managed, policy=policy)
+    if not selects:
+        return []
+    warnings = annotation_warnings_of(obj)
+    for path, template in ours:
+        warnings += annotation_warnings_of(template, path)
+    return warnings
+
+
 def workload_problems(
     find_templates: TemplateFinder,
     obj: Mapping[str, Any],
@@ -83,15 +115,10 @@ def workload_problems(
     _, annotations, problems = metadata_maps(obj)
     if problems:
         return problems
-    templates = find_templates(obj)
-    for path, template in templates:
+    for path, template in find_templates(obj):
         # Pods carrying these would all be refused at creation: say so now.
         problems += owned_keys_on_create(template, policy, where=path)
-    ours = [(path, t) for path, t in templates if is_bridge_pod(t, managed=managed, policy=policy)]
-    if find_templates is no_templates:
-        selects = managed or any(key.startswith(keys.SLURMJOB_PREFIX) for key in annotations)
-    else:
-        selects = bool(ours)
+    selects, ours = _bridge_templates(find_templates, obj, annotations, managed=managed, policy=policy)
     if not selects:
         return problems
     problems += annotation_problems(annotations)[1]

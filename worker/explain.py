@@ -20,6 +20,7 @@ from bridge.grouping import Json, Kind
 from bridge.keys import ANNOTATION_PLACEMENT, DEFAULT_SCHEDULER_NAME
 from bridge.models import GENERATION_SEPARATOR, PLACEMENT_ID_PREFIX
 from bridge.policy import PolicySet
+from bridge.resources import total_allocatable
 from bridge.translate import Defaults, GroupShape, TranslationError, build_job
 
 
@@ -178,6 +179,8 @@ def _explanation(
         defaults=defaults,
         excluded_nodes=excluded_slurm_nodes(feasibility),
         policy=policy,
+        # No bridge node given: nothing to judge a PodGroup's minResources by (as the worker).
+        capacity=total_allocatable(nodes) if nodes else None,
     )
     job = job.model_copy(update={"comment": placement_id(installation, group, ordered[0])})
     # No bridge node at all: nothing to filter with, Slurm alone decides (as the worker does).

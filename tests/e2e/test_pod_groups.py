@@ -7,6 +7,9 @@
   says whether the group is scheduled, as kube-scheduler's does: `PodGroupScheduled` on
   Kubernetes 1.36 (`v1alpha2`, the fake's default), `PodGroupInitiallyScheduled` on 1.37
   (`v1beta1`/`v1alpha3`, the fake switched with `serve_scheduling_versions`).
+- A coscheduling PodGroup's `minResources` is the whole group's need: each node of its job is
+  asked for what the largest pod needs (read back from Slurm), and a group needing more than all
+  the bridge's nodes have together is refused before anything is submitted.
 """
 
 import asyncio
@@ -239,3 +242,72 @@ async def test_a_waiting_pod_that_ends_stops_the_wait(make_stack: StackFactory) 
     await asyncio.wait_for(waits.idle.wait(), 10)
     assert waits.watching == set()
     assert await stack.partition_jobs() == []
+
+
+# -- a coscheduling PodGroup's spec, as scheduler-plugins defines it ---------------------------
+
+
+def coscheduling_pod_group(stack: Stack, name: str, spec: dict[str, Any]) -> Pod:
+    return stack.kube.create_object(
+        "podgroups.scheduling.x-k8s.io",
+        {
+            "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+            "kind": "PodGroup",
+            "metadata": {"name": name, "namespace": stack.namespace},
+            "spec": spec,
+        },
+    )
+
+
+def member(stack: Stack, name: str, group: str, cpu: str) -> Pod:
+    pod = make_pod(stack.namespace, name, cpu=cpu)
+    pod["metadata"]["labels"] = {grouping.LABEL_POD_GROUP: group}
+    return stack.kube.create_object("pods", pod)
+
+
+async def finish(stack: Stack, names: list[str]) -> None:
+    for name in names:
+        stack.kube.set_pod_phase(stack.namespace, name, "Succeeded")
+    for name in names:
+        await stack.wait_pod(name, finished_cleanly)
+
+
+@ON_REAL_KUBE
+async def test_a_pod_groups_min_resources_never_size_its_nodes(make_stack: StackFactory) -> None:
+    # Two 4-CPU nodes; a 1-CPU and a 3-CPU pod whose PodGroup needs 6 CPUs in all (8 exist).
+    stack = await make_stack(nodes=2, cpus=4)
+    coscheduling_pod_group(stack, "train", {"minMember": 2, "minResources": {"cpu": "6"}})
+    names = ["train-0", "train-1"]
+    member(stack, names[0], "train", cpu="1")
+    member(stack, names[1], "train", cpu="3")
+
+    placed = [await stack.wait_pod(name, bound) for name in names]
+    [job_id] = {job_id_of(p) for p in placed}
+    job = (await stack.slurm.get_job(job_id or 0)).model_dump(mode="json")
+    # Each node is asked for what its pods need (the largest pod), as Slurm recorded it.
+    assert job["cpus_per_task"]["number"] == 3
+    assert job["node_count"]["number"] == 2
+    await finish(stack, names)
+
+
+@ON_REAL_KUBE
+async def test_a_pod_group_needing_more_than_all_the_bridge_nodes_have_is_refused(
+    make_stack: StackFactory,
+) -> None:
+    stack = await make_stack(nodes=2, cpus=4)
+    coscheduling_pod_group(stack, "huge", {"minMember": 2, "minResources": {"cpu": "9"}})
+    names = ["huge-0", "huge-1"]
+    for name in names:
+        member(stack, name, "huge", cpu="1")
+
+    for name in names:
+        pod = await stack.wait_pod(
+            name, lambda p: (condition(p, keys.CONDITION_POD_SCHEDULED) or {}).get("reason") == "InvalidPod"
+        )
+        message = (condition(pod, keys.CONDITION_POD_SCHEDULED) or {})["message"]
+        assert "spec.minResources asks for cpu 9 for the whole group" in message
+        assert "all 2 of the bridge's nodes have together (8 in their status.allocatable)" in message
+    assert await stack.partition_jobs() == []  # nothing was submitted
+    for name in names:
+        stack.kube.delete_object("pods", name, stack.namespace)
+        await stack.wait_pod(name, finished_cleanly)

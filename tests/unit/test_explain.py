@@ -129,7 +129,7 @@ async def test_leader_worker_set_groups_by_group_key() -> None:
     assert by_name["llm-0"].min_pods == 2
 
 
-async def test_coscheduling_pod_group_with_min_member_and_min_resources_floor() -> None:
+async def test_coscheduling_pod_group_with_min_member_and_min_resources() -> None:
     group = obj(
         "scheduling.x-k8s.io/v1alpha1",
         "PodGroup",
@@ -141,16 +141,64 @@ async def test_coscheduling_pod_group_with_min_member_and_min_resources_floor() 
     labels = {"scheduling.x-k8s.io/pod-group": "mpi"}
     [explained] = await jobs(group, *(pod(f"mpi-{i}", labels=labels) for i in range(4)))
     msg = explained.job_desc_msg
+    # minMember is how many pods the group waits for; the job asks for a node for each pod it
+    # carries, no fewer (Slurm would start it on fewer nodes than pods).
+    assert explained.min_pods == 3
     assert (explained.kind, msg["name"], msg["minimum_nodes"], msg["maximum_nodes"], msg["nodes"]) == (
         "PodGroup",
         "mpi",
-        3,
+        4,
         4,
         "4",
     )
-    assert msg["cpus_per_task"] == 6  # the PodGroup's floor beats the pods' 2 CPUs
-    assert msg["memory_per_node"]["number"] == 1024  # the pods' 1Gi beats the floor
+    # minResources is the group's total, never a node's size: each node gets the pods' 2 CPUs, 1Gi.
+    assert msg["cpus_per_task"] == 2
+    assert msg["memory_per_node"]["number"] == 1024
     assert msg["reservation"] == "r1"
+
+
+async def test_min_resources_do_not_size_the_nodes_of_a_group() -> None:
+    # Two 1-CPU pods whose PodGroup says the group needs 2 CPUs: 1 CPU per node.
+    group = obj("scheduling.x-k8s.io/v1alpha1", "PodGroup", "pair", minMember=2, minResources={"cpu": "2"})
+    labels = {"scheduling.x-k8s.io/pod-group": "pair"}
+    one_cpu = [{"name": "main", "image": "x", "resources": {"requests": {"cpu": "1"}}}]
+    [explained] = await jobs(group, *(pod(f"pair-{i}", labels=labels, containers=one_cpu) for i in range(2)))
+    assert explained.job_desc_msg["cpus_per_task"] == 1
+
+
+async def test_a_pod_group_whose_minimum_exceeds_all_the_bridge_nodes_is_refused() -> None:
+    group = obj("scheduling.x-k8s.io/v1alpha1", "PodGroup", "big", minMember=2, minResources={"cpu": "9"})
+    labels = {"scheduling.x-k8s.io/pod-group": "big"}
+    members = [pod(f"big-{i}", labels=labels) for i in range(2)]
+    bridge_nodes = [node(n, **{keys.LABEL_EXTERNAL_NODE: "true"}) for n in ("a", "b")]
+    for bridge_node in bridge_nodes:
+        bridge_node["status"]["allocatable"] = {"cpu": "4", "memory": "8Gi"}
+    with pytest.raises(
+        ExplainError, match=r"PodGroup big: the PodGroup's spec.minResources asks for cpu 9 .* \(8 in"
+    ):
+        await jobs(group, *members, *bridge_nodes)
+    bridge_nodes[1]["status"]["allocatable"]["cpu"] = "5"
+    [explained] = await jobs(group, *members, *bridge_nodes)  # 9 CPUs together: it may fit
+    assert explained.job_desc_msg["cpus_per_task"] == 2
+
+
+@pytest.mark.parametrize("phase", ["Pending", "Scheduling", "Running", "Unknown", "Failed", "Finished"])
+async def test_a_pod_group_is_placed_whatever_its_phase(phase: str) -> None:
+    # The phase is scheduler-plugins' controller's account of the pods, which the coscheduling
+    # plugin does not read either: pods re-created under a Failed or Finished PodGroup (a restart)
+    # are placed again as its next generation.
+    group = obj("scheduling.x-k8s.io/v1alpha1", "PodGroup", "mpi", minMember=2)
+    group["status"] = {"phase": phase}
+    labels = {"scheduling.x-k8s.io/pod-group": "mpi"}
+    [explained] = await jobs(group, *(pod(f"mpi-{i}", labels=labels) for i in range(2)))
+    assert (explained.kind, explained.job_desc_msg["nodes"]) == ("PodGroup", "2")
+
+
+async def test_a_bad_min_resources_quantity_names_the_pod_group() -> None:
+    group = obj("scheduling.x-k8s.io/v1alpha1", "PodGroup", "mpi", minMember=1, minResources={"cpu": "lots"})
+    labels = {"scheduling.x-k8s.io/pod-group": "mpi"}
+    with pytest.raises(ExplainError, match=r"PodGroup default/mpi spec.minResources cpu: 'lots' is not"):
+        await jobs(group, pod("mpi-0", labels=labels))
 
 
 async def test_builtin_pod_group_merges_pod_group_job_and_workload_annotations() -> None:

@@ -63,6 +63,25 @@ def job(**annotations: str) -> JobAnnotations:
         ),
         ("team-a", {"user_id": "0"}, [f'{P}user-id="0": namespace team-a may use user ids 1001']),
         ("team-a", {"group_id": "0"}, [f'{P}group-id="0": namespace team-a may use group ids 2001, 2002']),
+        # Slurm takes a user or group name too (upstream passes it on); a policy limiting ids
+        # cannot tell which id a name is, so it wants numbers.
+        (
+            "team-a",
+            {"user_id": "root"},
+            [
+                f'{P}user-id="root": namespace team-a may use user ids 1001 '
+                "(by number: a name cannot be checked against the policy)"
+            ],
+        ),
+        (
+            "team-a",
+            {"group_id": "wheel"},
+            [
+                f'{P}group-id="wheel": namespace team-a may use group ids 2001, 2002 '
+                "(by number: a name cannot be checked against the policy)"
+            ],
+        ),
+        ("open", {"user_id": "alice", "group_id": "physics"}, []),
         (
             "team-a",
             {"priority": "101"},

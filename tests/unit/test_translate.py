@@ -1,10 +1,12 @@
 import json
+import re
 from typing import Any
 
 import pytest
 
 from bridge.models import JobDescription
-from bridge.resources import PodSpecError, group_resources, pod_resources
+from bridge.quantity import parse_quantity
+from bridge.resources import Capacity, PodSpecError, group_resources, pod_resources, total_allocatable
 from bridge.translate import Defaults, GroupShape, TranslationError, build_job, build_pod_job
 
 P = "slurmjob.slinky.slurm.net/"
@@ -296,11 +298,141 @@ def test_group_resources_do_not_depend_on_pod_order() -> None:
     assert group_job(*pods).tres_per_node == "gres/gpu=2"
 
 
-def test_shape_floor_still_applies_to_groups() -> None:
-    job = group_job(
-        member("a", requests={"cpu": "2"}), shape=GroupShape(name="g", cpus_per_task=4, memory_mib=10)
+# -- PodGroup spec.minResources: the group's total (scheduler-plugins), never a node's size ------
+
+
+def test_min_resources_never_size_a_node() -> None:
+    # A Kubeflow TrainJob: three 3-CPU pods, whose PodGroup says the group needs 9 CPUs in all.
+    pods = [member(f"node-{i}", requests={"cpu": "3", "memory": "4Gi"}) for i in range(3)]
+    shape = GroupShape(name="train", min_nodes=3, min_resources=(("cpu", "9"), ("memory", "12Gi")))
+    job = group_job(*pods, shape=shape)
+    assert job.cpus_per_task == 3
+    assert job.memory_per_node is not None
+    assert job.memory_per_node.number == 4096
+
+
+def test_min_resources_do_not_size_nodes_of_small_pods() -> None:
+    shape = GroupShape(name="g", min_resources=(("cpu", "2"),))
+    assert (
+        group_job(
+            member("a", requests={"cpu": "1"}), member("b", requests={"cpu": "1"}), shape=shape
+        ).cpus_per_task
+        == 1
     )
-    assert (job.cpus_per_task, job.memory_per_node and job.memory_per_node.number) == (4, 10)
+
+
+def capacity(nodes: int, **allocatable: str) -> Capacity:
+    return Capacity(nodes, {name.replace("_", "/"): parse_quantity(v) for name, v in allocatable.items()})
+
+
+@pytest.mark.parametrize(
+    ("min_resources", "asked", "have"),
+    [
+        ((("cpu", "9"),), "cpu 9", "8"),
+        ((("cpu", "4"), ("memory", "17Gi")), "memory 17Gi", "16Gi"),
+        ((("nvidia.com/gpu", "1"),), "nvidia.com/gpu 1", "0"),
+    ],
+)
+def test_a_group_whose_minimum_exceeds_all_the_bridge_nodes_is_refused(
+    min_resources: tuple[tuple[str, str], ...], asked: str, have: str
+) -> None:
+    shape = GroupShape(name="train", min_resources=min_resources)
+    message = (
+        f"the PodGroup's spec.minResources asks for {asked} for the whole group, more than all 2 of the "
+        f"bridge's nodes have together ({have} in their status.allocatable); lower "
+        "spec.minResources or add nodes"
+    )
+    with pytest.raises(TranslationError, match=f"^{re.escape(message)}$"):
+        group_job(member("a"), member("b"), shape=shape, capacity=capacity(2, cpu="8", memory="16Gi"))
+
+
+@pytest.mark.parametrize(
+    "min_resources",
+    [
+        (("cpu", "8"), ("memory", "16Gi")),  # exactly what the nodes have together
+        (("pods", "2"),),
+        # Devices requested through DRA are not in a node's allocatable: cannot be judged here.
+        (("deviceclass.resource.kubernetes.io/gpu.nvidia.com", "4"),),
+    ],
+)
+def test_a_group_whose_minimum_fits_all_the_bridge_nodes_is_placed(
+    min_resources: tuple[tuple[str, str], ...],
+) -> None:
+    shape = GroupShape(name="train", min_resources=min_resources)
+    job = group_job(
+        member("a"), member("b"), shape=shape, capacity=capacity(2, cpu="8", memory="16Gi", pods="220")
+    )
+    assert job.cpus_per_task is None  # the pods ask for no CPUs; the minimum sizes nothing
+
+
+def test_without_known_nodes_the_minimum_is_not_judged() -> None:
+    # No bridge node is known (Slurm's node names alone): nothing to compare with.
+    shape = GroupShape(name="train", min_resources=(("cpu", "1000"),))
+    assert group_job(member("a"), shape=shape, capacity=None).nodes == "1"
+
+
+def test_total_allocatable_adds_up_the_nodes() -> None:
+    def node(**allocatable: str) -> dict[str, Any]:
+        return {"metadata": {"name": "n"}, "status": {"allocatable": allocatable}}
+
+    total = total_allocatable(
+        [node(cpu="4", memory="8Gi"), node(cpu="3500m", memory="lots"), {"metadata": {}}]
+    )
+    assert total == Capacity(3, {"cpu": parse_quantity("7500m"), "memory": parse_quantity("8Gi")})
+
+
+# -- annotations whose values upstream accepts, with upstream's meaning on the job ----------------
+
+
+@pytest.mark.parametrize(
+    ("value", "shared"), [("false", []), ("False", []), ("yes", ["none"]), ("", ["none"])]
+)
+def test_exclusive_annotation_as_upstream(value: str, shared: list[str]) -> None:
+    job = build_pod_job(pod([container()], {P + "exclusive": value}), defaults=Defaults())
+    assert job.shared == shared
+
+
+def test_zero_cpus_and_memory_are_sent_as_upstream_sends_them() -> None:
+    # cpu-per-task 0: Slurm gives the task 1 CPU; mem-per-node 0: all of the node's memory.
+    job = build_pod_job(
+        pod(
+            [container(requests={"cpu": "2", "memory": "1Gi"})],
+            {P + "cpu-per-task": "0", P + "mem-per-node": "0"},
+        ),
+        defaults=Defaults(),
+    )
+    assert job.to_slurm()["cpus_per_task"] == 0
+    assert job.to_slurm()["memory_per_node"] == {"set": True, "infinite": False, "number": 0}
+
+
+def test_an_empty_gres_annotation_asks_for_no_gres() -> None:
+    job = build_pod_job(
+        pod([container(limits={"nvidia.com/gpu": "2"})], {P + "gres": ""}), defaults=Defaults()
+    )
+    assert "tres_per_node" not in job.to_slurm()
+
+
+def test_an_empty_job_name_annotation_names_the_job_empty() -> None:
+    job = build_pod_job(pod([container()], {P + "job-name": ""}), defaults=Defaults())
+    assert job.to_slurm()["name"] == ""
+
+
+def test_min_nodes_zero_is_sent() -> None:
+    job = group_job(member("a"), member("b"), shape=GroupShape(name="g", min_nodes=2))
+    assert job.minimum_nodes == 2
+    annotated = build_job(
+        [member("a"), member("b")],
+        annotations={P + "min-nodes": "0"},
+        shape=GroupShape(name="g", min_nodes=2),
+        defaults=Defaults(),
+    )
+    assert annotated.minimum_nodes == 0
+
+
+def test_unknown_annotations_are_ignored_as_upstream_ignores_them() -> None:
+    plain = build_pod_job(pod([container()]), defaults=Defaults())
+    job = build_pod_job(pod([container()], {P + "timelimt": "10", P + "colour": "blue"}), defaults=Defaults())
+    assert job == plain
 
 
 def test_group_resources_name_the_pod_with_a_bad_quantity() -> None:

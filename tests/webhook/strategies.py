@@ -46,6 +46,10 @@ COUNTS = [
 ]
 TIME_LIMITS = [
     "30",
+    "2h",
+    "90s",
+    "1.5h",
+    "-5",
     "1:30",
     "0:30",
     "0",
@@ -113,7 +117,7 @@ VALUES: dict[str, Any] = {
     "account": texts,
     "constraints": texts,
     "cpu-per-task": quantities,
-    "exclusive": st.sampled_from(["true", "false", "TRUE", " False ", "yes", "", "1"]),
+    "exclusive": st.sampled_from(["true", "false", "TRUE", " False ", "yes", "", "1", "no"]),
     "gres": st.sampled_from(["gres/gpu=2", "gpu:1", "", "x"]),
     "group-id": counts,
     "job-name": texts,
@@ -128,7 +132,7 @@ VALUES: dict[str, Any] = {
     "timelimit": time_limits,
     "user-id": counts,
     "wckey": texts,
-    # Typos and unknown keys must be reported, never ignored.
+    # Typos and unknown keys: ignored as upstream ignores them, and warned about.
     "timelimt": time_limits,
     "cpus-per-task": quantities,
     "nodes": counts,

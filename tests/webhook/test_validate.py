@@ -239,16 +239,14 @@ def test_a_default_scheduler_pod_in_a_managed_namespace_is_checked(admission: Ad
     ("key", "value", "expected"),
     [
         ("min-nodes", "two", "must be a whole number"),
-        ("max-nodes", "0", "must be between 1 and"),
-        ("priority", "-1", "must be a whole number"),
-        ("user-id", "alice", "must be a whole number"),
+        ("max-nodes", "0", "must be at least 1: Slurm refuses a maximum of 0 nodes"),
+        ("priority", "-1", "must not be negative"),
         ("group-id", "99999999999", "must be at most 2147483647"),
         ("timelimit", "soon", "is not a time limit"),
+        ("timelimit", "0", "is zero: Slurm would end the job at once"),
         ("mem-per-node", "4GB", "'4GB' is not a Kubernetes quantity (examples: 2, 500m"),
-        ("cpu-per-task", "0", "must be a positive CPU quantity"),
-        ("exclusive", "yes", 'must be "true" or "false"'),
-        ("account", " ", "must not be empty"),
-        ("timelimt", "30", f"unknown annotation; did you mean {P}timelimit?"),
+        ("cpu-per-task", "-1", "must not be negative"),
+        ("partition", " ", "must not be empty"),
     ],
 )
 def test_each_bad_annotation_is_named_with_its_fix(
@@ -259,11 +257,58 @@ def test_each_bad_annotation_is_named_with_its_fix(
 
 
 def test_every_problem_is_reported_at_once(admission: Admission) -> None:
-    annotations = {P + "min-nodes": "3", P + "max-nodes": "2", P + "qos": "", P + "wat": "1"}
+    annotations = {P + "min-nodes": "3", P + "max-nodes": "2", P + "partition": "", P + "timelimit": "x"}
     message = denial(admission, review(bridge_pod(annotations=annotations)))
     assert "min-nodes must be <= max-nodes" in message
-    assert "qos" in message
-    assert f"{P}wat" in message
+    assert "partition" in message
+    assert "timelimit" in message
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        # What upstream slurm-bridge takes (its parseUserAnnotations), meaning the same here.
+        ("exclusive", "yes"),
+        ("user-id", "alice"),
+        ("group-id", "physics"),
+        ("timelimit", "2h"),
+        ("timelimit", "1d12h"),
+        ("max-nodes", "+4"),
+        ("min-nodes", "0"),
+        ("cpu-per-task", "0"),
+        ("mem-per-node", "0"),
+        ("account", ""),
+        ("qos", " "),
+        ("gres", ""),
+        ("job-name", ""),
+        ("timelimt", "30"),  # unknown: ignored, as upstream ignores it
+    ],
+)
+def test_what_upstream_accepts_is_admitted(admission: Admission, key: str, value: str) -> None:
+    allowed(admission, review(bridge_pod(annotations={P + key: value})))
+
+
+def test_an_unknown_key_is_admitted_with_a_warning(admission: Admission) -> None:
+    response = allowed(admission, review(bridge_pod(annotations={P + "timelimt": "30"})))
+    assert response["warnings"] == [
+        f'annotation {P}timelimt="30": unknown to slurm-bridge and ignored; did you mean {P}timelimit?'
+    ]
+
+
+def test_a_non_boolean_exclusive_is_admitted_with_a_warning(admission: Admission) -> None:
+    response = allowed(admission, review(bridge_pod(annotations={P + "exclusive": "no"})))
+    assert response["warnings"] == [
+        f'annotation {P}exclusive="no": taken as "true" (whole nodes): only "false" shares nodes'
+    ]
+    assert "warnings" not in allowed(admission, review(bridge_pod(annotations={P + "exclusive": "false"})))
+
+
+def test_an_update_warns_only_about_what_it_brings(admission: Admission) -> None:
+    old = bridge_pod(annotations={P + "colour": "blue"})
+    new = bridge_pod(annotations={P + "colour": "blue", P + "size": "L"})
+    response = allowed(admission, review(new, old=old, operation="UPDATE"))
+    assert response["warnings"] == [f'annotation {P}size="L": unknown to slurm-bridge and ignored']
+    assert "warnings" not in allowed(admission, review(old, old=old, operation="UPDATE"))
 
 
 def test_good_annotations_pass(admission: Admission) -> None:

@@ -78,10 +78,21 @@ def test_good_annotations_pass(admission: Admission, gvkr: object, make: object)
 
 
 def test_a_pod_template_is_checked_like_the_pods_it_makes(admission: Admission) -> None:
-    t = template(annotations={P + "exclusive": "maybe"}, topologySpreadConstraints=[{"maxSkew": 1}])
+    t = template(annotations={P + "timelimit": "maybe"}, topologySpreadConstraints=[{"maxSkew": 1}])
     message = admission.validate(review(job(t, {}), gvkr=JOB))["status"]["message"]
     assert "in spec.template: spec.topologySpreadConstraints is not supported" in message
-    assert f'in spec.template: annotation {P}exclusive="maybe"' in message
+    assert f'in spec.template: annotation {P}timelimit="maybe"' in message
+
+
+def test_unknown_keys_of_a_workload_and_its_templates_are_warned_about(admission: Admission) -> None:
+    t = template(annotations={P + "exclusive": "maybe"})
+    response = admission.validate(review(job(t, {P + "qos": "high", P + "wckeys": "p"}), gvkr=JOB))
+    assert response["allowed"]
+    assert response["warnings"] == [
+        f'annotation {P}wckeys="p": unknown to slurm-bridge and ignored; did you mean {P}wckey?',
+        f'in spec.template: annotation {P}exclusive="maybe": taken as "true" (whole nodes): only "false" '
+        "shares nodes",
+    ]
 
 
 def test_a_jobset_names_the_replicated_job(admission: Admission) -> None:
@@ -143,10 +154,10 @@ def test_a_workload_update_is_refused_only_for_new_problems(admission: Admission
     response = admission.validate(review(new, old=old, operation="UPDATE", gvkr=JOB))
     assert response["allowed"]
     assert "already present" in response["warnings"][0]
-    worse = job(template(), {**BAD, P + "qos": ""})
+    worse = job(template(), {**BAD, P + "partition": ""})
     response = admission.validate(review(worse, old=old, operation="UPDATE", gvkr=JOB))
     assert not response["allowed"]
-    assert "qos" in response["status"]["message"]
+    assert "partition" in response["status"]["message"]
     assert "timelimit" not in response["status"]["message"]
 
 
