@@ -218,12 +218,10 @@ async def test_an_excluded_node_unknown_to_slurm_is_dropped_not_fatal(make_stack
     await finish(stack, "steady")
 
 
+@ON_REAL_KUBE
 async def test_a_pending_jobs_exclusions_follow_node_changes(make_stack: StackFactory) -> None:
     """A burst of node changes while jobs wait in Slurm is one refresh, which updates the
-    excluded_nodes of the job whose usable nodes changed, and only that job's.
-
-    On the fake: the burst must land within the node watcher's one-second debounce, which a
-    loaded machine's real API server (a read and a write per change, then the watch) misses."""
+    excluded_nodes of the job whose usable nodes changed, and only that job's."""
     stack = await make_stack(nodes=2, bridge=False)
     updated: list[int] = []
     update = stack.slurm.update_job
@@ -250,7 +248,10 @@ async def test_a_pending_jobs_exclusions_follow_node_changes(make_stack: StackFa
     refreshes, told = refresher.refreshes, refresher.told
 
     # A burst, each change seen by the node watcher before the next (well within its debounce):
-    # the taint matters to "waiting" only, the labels to neither job.
+    # the taint matters to "waiting" only, the labels to neither job. Three round trips and
+    # watch events take a loaded machine longer than the default second: the burst is what is
+    # tested, not how long a burst may last.
+    bridge.node_watcher.debounce = 5.0
     taint = {"key": "maintenance", "effect": "NoSchedule"}
     await change_node(stack, bridge, second, lambda n: n["spec"].update(taints=[taint]))
     await change_node(stack, bridge, second, lambda n: n["metadata"]["labels"].update(rack="a"))
