@@ -1,4 +1,5 @@
-"""Fixtures: a fresh fake apiserver per test (startup is a few ms) and clients for it."""
+"""Fixtures: a fresh fake apiserver per test (startup is a few ms) and clients for it; and
+``kube_api``, which runs a test once against the fake and once against the real kube-apiserver."""
 
 from __future__ import annotations
 
@@ -10,6 +11,16 @@ import kubernetes.client
 import pytest
 
 from tests.kube_fake import FakeKubeServer
+from tests.kube_fake.backend import (
+    WIDGETS,
+    CustomResource,
+    KubeApi,
+    fake_api,
+    install_custom_resource,
+    real_api,
+    uninstall_custom_resource,
+)
+from tests.kube_real.apiserver import ApiServer
 
 
 @pytest.fixture
@@ -40,3 +51,36 @@ async def aio_client(kube_fake: FakeKubeServer) -> AsyncIterator[kubernetes.aio.
 @pytest.fixture
 def aio_core(aio_client: kubernetes.aio.client.ApiClient) -> kubernetes.aio.client.CoreV1Api:
     return kubernetes.aio.client.CoreV1Api(aio_client)
+
+
+@pytest.fixture(scope="session")
+def real_widgets(real_apiserver: ApiServer) -> Iterator[CustomResource]:
+    """The custom resource of the both-backend tests, as a CRD on the session's real server
+    (created once: it takes the server a second or two to serve a new CRD), deleted at the end."""
+    install_custom_resource(real_apiserver, WIDGETS)
+    try:
+        yield WIDGETS
+    finally:
+        uninstall_custom_resource(real_apiserver, WIDGETS)
+
+
+@pytest.fixture(params=["fake", "real"])
+def kube_api(request: pytest.FixtureRequest) -> Iterator[KubeApi]:
+    """The same test against the fake and against the real kube-apiserver (tests/kube_fake/backend.py);
+    the real one skips where its binaries are absent."""
+    if request.param == "fake":
+        with fake_api() as api:
+            yield api
+    else:
+        with real_api(request.getfixturevalue("real_apiserver")) as api:
+            yield api
+
+
+@pytest.fixture
+def widgets(kube_api: KubeApi, request: pytest.FixtureRequest) -> CustomResource:
+    """A namespaced custom resource served by the test's server."""
+    if kube_api.fake is not None:
+        kube_api.fake.register_resource(WIDGETS.resource_type())
+        return WIDGETS
+    resource: CustomResource = request.getfixturevalue("real_widgets")
+    return resource

@@ -3,7 +3,9 @@
 Every failure the fake answers with is a ``kind: Status`` object shaped exactly
 like the ones k8s.io/apimachinery/pkg/api/errors builds, because the official
 client's pydantic models reject unknown fields and callers branch on
-``reason``/``code``.
+``reason``/``code``; except, as on a real server, a path no API serves (an
+unserved group), which gets the router's plain-text ``404 page not found``
+(handler.py).
 """
 
 from __future__ import annotations
@@ -141,9 +143,46 @@ def stale(rt: ResourceType, name: str) -> ApiError:
     )
 
 
+def _storage_key(rt: ResourceType, namespace: str, name: str) -> str:
+    """Where kube-apiserver keeps the object in etcd (quoted in storage errors)."""
+    prefix = f"{rt.group}/{rt.plural}" if rt.custom else {"nodes": "minions"}.get(rt.plural, rt.plural)
+    return f"/registry/{prefix}/{namespace}/{name}" if namespace else f"/registry/{prefix}/{name}"
+
+
+def storage_precondition_failed(
+    rt: ResourceType, namespace: str, name: str, label: str, wanted: Any, found: Any
+) -> ApiError:
+    """A write whose uid/resourceVersion precondition fails in etcd3's GuaranteedUpdate
+    (a PUT naming another uid, a Binding's preconditions): 409 with the storage error's text."""
+    return conflict(
+        rt,
+        name,
+        f"StorageError: invalid object, Code: 4, Key: {_storage_key(rt, namespace, name)}, "
+        f"ResourceVersion: 0, AdditionalErrorMsg: Precondition failed: {label} in precondition: "
+        f"{wanted}, {label} in object meta: {found}",
+    )
+
+
+def delete_precondition_failed(rt: ResourceType, name: str, label: str, wanted: Any, found: Any) -> ApiError:
+    """rest.BeforeDelete's early precondition check (DELETE, and eviction's delete): it names the
+    object by Kind.group, not by resource."""
+    why = (
+        "The object might have been deleted and then recreated"
+        if label == "UID"
+        else "The object might have been modified"
+    )
+    return conflict(
+        rt,
+        name,
+        f"the {label} in the precondition ({wanted}) does not match the {label} in record ({found}). {why}",
+        qualified=f"{rt.kind}.{rt.group}" if rt.group else rt.kind,
+    )
+
+
 def invalid(rt: ResourceType, name: str, causes: list[tuple[str, str, str]]) -> ApiError:
-    """``causes`` are (field, cause reason, message) triples, as in field.ErrorList."""
-    rendered = [f"{field}: {msg}" for field, _, msg in causes]
+    """``causes`` are (field, cause reason, message) triples, as in field.ErrorList; the message
+    names each distinct one once (ErrorList.ToAggregate), the causes list them all."""
+    rendered = list(dict.fromkeys(f"{field}: {msg}" for field, _, msg in causes))
     summary = rendered[0] if len(rendered) == 1 else "[" + ", ".join(rendered) + "]"
     kind = f"{rt.kind}.{rt.group}" if rt.group else rt.kind
     details: JSON = {"name": name}
@@ -162,17 +201,23 @@ def method_not_allowed() -> ApiError:
     return generic(405)
 
 
-def unsupported_media_type(content_type: str, accepted: str, note: str = "") -> ApiError:
+def unsupported_media_type(accepted: str, note: str = "") -> ApiError:
     msg = f"the body of the request was in an unknown format - accepted media types include: {accepted}"
     if note:
         msg += f" ({note})"
-    return ApiError(415, "UnsupportedMediaType", msg, {"causes": [{"message": f"got {content_type!r}"}]})
+    return ApiError(415, "UnsupportedMediaType", msg)
 
 
 def patch_invalid(detail: str) -> ApiError:
     # The real server discards the RFC 6902 error text; we keep it as a cause
     # so a failing test says what went wrong.
     return ApiError(422, "Invalid", DEFAULT_MESSAGES[422], {"causes": [{"message": detail}]})
+
+
+def unexpected(message: str) -> ApiError:
+    """An error the server did not shape into a Status (a validation ErrorList handed back as
+    is): 500 with the text and no reason."""
+    return ApiError(500, "", message)
 
 
 def expired(requested: int, oldest: int) -> ApiError:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 import select
 import socket
 import sys
@@ -24,13 +25,18 @@ if TYPE_CHECKING:
 
 JSON = dict[str, Any]
 _TRUE = ("true", "1")
+_NOSNIFF = {"X-Content-Type-Options": "nosniff"}
 
 
 def _int_param(query: dict[str, str], name: str) -> int:
-    try:
-        return int(query[name])
-    except ValueError as exc:
-        raise errors.bad_request(f"invalid {name}: {query[name]!r}") from exc
+    """An int64 query parameter, refused in the words of Go's strconv.ParseInt (400)."""
+    value = query[name]
+    if not re.fullmatch(r"[+-]?[0-9]+", value):
+        raise errors.bad_request(f'strconv.ParseInt: parsing "{value}": invalid syntax')
+    number = int(value)
+    if not -(2**63) <= number < 2**63:
+        raise errors.bad_request(f'strconv.ParseInt: parsing "{value}": value out of range')
+    return number
 
 
 class KubeHTTPServer(ThreadingHTTPServer):
@@ -207,12 +213,20 @@ class KubeHandler(BaseHTTPRequestHandler):
             doc = discovery.resource_list(reg, parts[1], parts[2])
         if doc is not None:
             return self._send_json(200, doc)
+        if (
+            not parts
+            or parts[0] not in ("api", "apis")
+            or (parts[0] == "apis" and parts[1] not in reg.groups())
+        ):
+            # No handler at all for the path (a group the server does not serve, or no API path):
+            # the real server's mux answers in plain text, not with a Status.
+            return self._send(404, b"404 page not found\n", "text/plain; charset=utf-8", _NOSNIFF)
         if len(parts) >= 3 and parts[0] == "api":
             group, version, rest = "", parts[1], parts[2:]
         elif len(parts) >= 4 and parts[0] == "apis":
             group, version, rest = parts[1], parts[2], parts[3:]
         else:
-            raise errors.generic(404)
+            raise errors.generic(404)  # a served group at a version it does not serve: a Status
         namespace: str | None = None
         scoped = len(rest) >= 3 and rest[0] == "namespaces"
         if scoped and (reg.get(group, version, rest[2]) is not None or rest[2] == "bindings"):
@@ -229,6 +243,8 @@ class KubeHandler(BaseHTTPRequestHandler):
             # Legacy POST /api/v1/namespaces/{ns}/bindings (pod name in the body).
             body = self._json(raw)
             pod_name = str(((body or {}).get("metadata") or {}).get("name") or "")
+            if not pod_name:
+                raise errors.bad_request("Name parameter required.")
             pods = reg.resolve("pods")
             return self._send_json(201, subresources.bind(app.store, pods, namespace, pod_name, body))
         rt = reg.get(group, version, plural)
@@ -256,6 +272,10 @@ class KubeHandler(BaseHTTPRequestHandler):
     ) -> None:
         store = self.server.app.store
         if method == "GET":
+            # Decoded into ListOptions (a bad one fails the request) even where the fake then ignores it.
+            parse_rv(query.get("resourceVersion"))
+            if query.get("timeoutSeconds"):
+                _int_param(query, "timeoutSeconds")
             flt = store.make_filter(rt, query.get("labelSelector"), query.get("fieldSelector"))
             if query.get("watch", "").lower() in _TRUE:
                 return self._watch(rt, ns, flt, query)

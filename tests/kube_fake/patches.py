@@ -8,9 +8,11 @@
   built-in kinds we serve happen to be declared; every other list is atomic
   (replaced), e.g. ``spec.tolerations``, ``spec.taints``,
   ``status.containerStatuses`` - exactly as on a real server.
+  A merged list comes in the patch's order (``$setElementOrder/<field>``'s when
+  given), the items only the server had interleaved where they were.
   Directives: ``$patch: delete|replace|merge`` (maps and keyed list items),
-  ``$deleteFromPrimitiveList/<field>`` and ``$setElementOrder/<field>``
-  (accepted; order is not re-applied).  ``$retainKeys`` is rejected.
+  ``$deleteFromPrimitiveList/<field>`` and ``$setElementOrder/<field>``.
+  ``$retainKeys`` is rejected.
 """
 
 from __future__ import annotations
@@ -64,21 +66,44 @@ class Patch:
     document: Any
 
 
+def _json_type(value: Any) -> str:
+    """How Go's encoding/json names a JSON value in an unmarshal error."""
+    if isinstance(value, dict):
+        return "object"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, bool):
+        return "bool"
+    return "string" if isinstance(value, str) else "number"
+
+
 def decode(content_type: str, body: bytes, *, custom: bool) -> Patch:
     """Check the media type (415 like the apiserver) and parse the body (400)."""
     media_type = content_type.split(";", 1)[0].strip().lower()
-    if media_type == STRATEGIC_PATCH and custom:
-        # CRDs have no Go struct tags to drive strategic merge.
+    if custom and media_type not in (JSON_PATCH, MERGE_PATCH):
+        # CRDs have no Go struct tags to drive strategic merge; their handler names what it takes.
         raise errors.unsupported_media_type(
-            media_type, errors.CUSTOM_PATCH_MEDIA_TYPES + ", application/apply-patch+yaml"
+            errors.CUSTOM_PATCH_MEDIA_TYPES + ", application/apply-patch+yaml"
+        )
+    if "apply-patch" in media_type:
+        raise errors.unsupported_media_type(
+            errors.PATCH_MEDIA_TYPES, "kube_fake does not implement server-side apply"
         )
     if media_type not in (JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH):
-        note = "kube_fake does not implement server-side apply" if "apply-patch" in media_type else ""
-        raise errors.unsupported_media_type(media_type, errors.PATCH_MEDIA_TYPES, note)
+        # Built-in kinds: the router refuses the request before any handler (go-restful's answer).
+        raise errors.ApiError(415, "UnsupportedMediaType", "415: Unsupported Media Type", {})
+    # The JSON and merge patch handlers prefix their decoding errors; strategic merge does not.
+    prefix = "" if media_type == STRATEGIC_PATCH else "error decoding patch: "
     try:
-        return Patch(media_type, json.loads(body or b"null"))
+        document = json.loads(body or b"null")
     except ValueError as exc:
-        raise errors.bad_request(f"error decoding patch: {exc}") from exc
+        raise errors.bad_request(f"{prefix}{exc}") from exc
+    wanted = "[]handlers.jsonPatchOp" if media_type == JSON_PATCH else "map[string]interface {}"
+    if document is not None and not isinstance(document, list if media_type == JSON_PATCH else dict):
+        raise errors.bad_request(
+            f"{prefix}json: cannot unmarshal {_json_type(document)} into Go value of type {wanted}"
+        )
+    return Patch(media_type, document)
 
 
 def apply(patch: Patch, current: JSON) -> JSON:
@@ -172,7 +197,7 @@ def _merge_map(target: Any, patch: JSON) -> JSON | None:
             else:
                 base[key] = merged
         elif isinstance(value, list):
-            base[key] = _merge_list(key, base.get(key), value)
+            base[key] = _merge_list(key, base.get(key), value, patch.get(f"$setElementOrder/{key}"))
         else:
             base[key] = copy.deepcopy(value)
     # A $deleteFromPrimitiveList that emptied a field leaves nothing behind,
@@ -182,15 +207,16 @@ def _merge_map(target: Any, patch: JSON) -> JSON | None:
     return base
 
 
-def _merge_list(field: str, target: Any, patch: list[Any]) -> list[Any]:
+def _merge_list(field: str, target: Any, patch: list[Any], order: Any = None) -> list[Any]:
     current = copy.deepcopy(target) if isinstance(target, list) else []
+    original = copy.deepcopy(current)
     if any(isinstance(p, dict) and p.get("$patch") == "replace" and len(p) == 1 for p in patch):
         return [copy.deepcopy(p) for p in patch if not (isinstance(p, dict) and p.get("$patch") == "replace")]
     if field in MERGE_SETS:
         for item in patch:
             if item not in current:
                 current.append(copy.deepcopy(item))
-        return current
+        return _in_patch_order(current, original, patch if order is None else order, None)
     merge_key = MERGE_KEYS.get(field)
     if merge_key is None:
         return copy.deepcopy(patch)  # atomic list: replaced wholesale
@@ -219,4 +245,39 @@ def _merge_list(field: str, target: Any, patch: list[Any]) -> list[Any]:
                 del current[idx]
             else:
                 current[idx] = merged
-    return current
+    return _in_patch_order(current, original, patch if order is None else order, merge_key)
+
+
+def _in_patch_order(merged: list[Any], original: list[Any], order: Any, merge_key: str | None) -> list[Any]:
+    """strategicpatch's normalizeElementOrder: the items the patch names (in ``order``: its
+    ``$setElementOrder`` list, else the patch's own) come in that order; the items only the
+    server had keep theirs, and go before a patch item the server had after them."""
+
+    def key(item: Any) -> Any:
+        return item.get(merge_key) if merge_key is not None and isinstance(item, dict) else item
+
+    def position(keys: list[Any], item: Any) -> int:
+        return keys.index(key(item)) if key(item) in keys else -1
+
+    order_keys = [key(o) for o in order] if isinstance(order, list) else []
+    original_keys = [key(o) for o in original]
+    named = sorted((m for m in merged if key(m) in order_keys), key=lambda m: position(order_keys, m))
+    server_only = [m for m in merged if key(m) not in order_keys]
+    result: list[Any] = []
+    i = j = 0
+    while i < len(server_only) or j < len(named):
+        if j >= len(named):
+            result.append(server_only[i])
+            i += 1
+        elif i >= len(server_only):
+            result.append(named[j])
+            j += 1
+        else:
+            left, right = position(original_keys, server_only[i]), position(original_keys, named[j])
+            if 0 <= left < right:
+                result.append(server_only[i])
+                i += 1
+            else:
+                result.append(named[j])
+                j += 1
+    return result

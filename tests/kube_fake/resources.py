@@ -63,6 +63,9 @@ class ResourceType:
     custom: bool = False
     extra_fields: tuple[str, ...] = ()
     short_names: tuple[str, ...] = field(default=())
+    # Whether objects have a metadata.generation: only where the kind's strategy sets one
+    # (not on ConfigMaps, Secrets, Leases, Events, Nodes or Namespaces).
+    generation: bool = True
     # The version objects are kept (and compared) in when a resource is served at
     # several versions; "" means this version. The fake serves several versions of a
     # resource only when their schemas are equal, so converting is the apiVersion alone.
@@ -156,20 +159,37 @@ DEFAULT_RESOURCES: tuple[ResourceType, ...] = (
         "Node",
         namespaced=False,
         reset_status_on_create=False,
+        generation=False,
         extra_fields=("spec.unschedulable",),
         short_names=("no",),
     ),
-    _core("namespaces", "Namespace", namespaced=False, extra_fields=("status.phase",), short_names=("ns",)),
-    _core("events", "Event", status_subresource=False, extra_fields=CORE_EVENT_FIELDS, short_names=("ev",)),
-    _core("configmaps", "ConfigMap", status_subresource=False, short_names=("cm",)),
-    _core("secrets", "Secret", status_subresource=False),
-    ResourceType("events.k8s.io", "v1", "events", "Event", True, status_subresource=False),
+    _core(
+        "namespaces",
+        "Namespace",
+        namespaced=False,
+        extra_fields=("status.phase",),
+        short_names=("ns",),
+        generation=False,
+    ),
+    _core(
+        "events",
+        "Event",
+        status_subresource=False,
+        extra_fields=CORE_EVENT_FIELDS,
+        short_names=("ev",),
+        generation=False,
+    ),
+    _core("configmaps", "ConfigMap", status_subresource=False, short_names=("cm",), generation=False),
+    _core("secrets", "Secret", status_subresource=False, generation=False),
+    ResourceType("events.k8s.io", "v1", "events", "Event", True, status_subresource=False, generation=False),
     ResourceType("batch", "v1", "jobs", "Job", True),
     ResourceType("apps", "v1", "deployments", "Deployment", True, short_names=("deploy",)),
     ResourceType("apps", "v1", "replicasets", "ReplicaSet", True, short_names=("rs",)),
     ResourceType("apps", "v1", "statefulsets", "StatefulSet", True, short_names=("sts",)),
     ResourceType("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, short_names=("pdb",)),
-    ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True, status_subresource=False),
+    ResourceType(
+        "coordination.k8s.io", "v1", "leases", "Lease", True, status_subresource=False, generation=False
+    ),
     ResourceType("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", True, custom=True),
     ResourceType("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", "LeaderWorkerSet", True, custom=True),
     ResourceType("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup", True, custom=True),

@@ -1,29 +1,110 @@
-"""Label and field selectors with the apiserver's grammar and error texts.
+"""Label and field selectors with the apiserver's grammar, semantics and error texts.
 
-Label selectors: ``k=v``, ``k==v``, ``k!=v``, ``k in (a,b)``, ``k notin (a,b)``,
-``k``, ``!k``, ``k>N``, ``k<N``; a comma means AND.
-Field selectors: ``field=v``, ``field==v``, ``field!=v`` with ``\\,``, ``\\=``
-and ``\\\\`` escapes.  Which fields a resource accepts is decided by the
-caller (see ``ResourceType.field_labels``).
+Label selectors are parsed as k8s.io/apimachinery/pkg/labels parses them (a lexer,
+then a recursive-descent parser; this is a port, error texts included):
+``k=v``, ``k==v``, ``k!=v``, ``k in (a,b)``, ``k notin (a,b)``, ``k``, ``!k``,
+``k>N``, ``k<N``; a comma means AND. An empty set ``()`` and empty members
+(``(a,)``) stand for the empty value, as upstream: ``k in ()`` selects the
+objects whose label ``k`` is ``""``. Keys and values are validated like labels
+(qualified names, label values), with the server's messages.
+Field selectors are parsed as k8s.io/apimachinery/pkg/fields does: ``field=v``,
+``field==v``, ``field!=v``, ``\\,`` ``\\=`` and ``\\\\`` escapes, an unescaped
+``=`` or ``,`` in a value is an error. Which fields a resource accepts is
+decided by the caller (see ``ResourceType.field_labels``).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-_NAME = r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
-_NAME_RE = re.compile(rf"^{_NAME}$")
-_DNS_SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_SET_RE = re.compile(r"^(?P<key>[^\s!=<>(),]+)\s+(?P<op>in|notin)\s*\((?P<vals>[^()]*)\)$")
-_CMP_RE = re.compile(r"^(?P<key>[^\s!=<>(),]+)\s*(?P<op>==|!=|=|<|>)\s*(?P<val>[^\s!=<>(),]*)$")
-_EXISTS_RE = re.compile(r"^(?P<neg>!?)\s*(?P<key>[^\s!=<>(),]+)$")
+# k8s.io/apimachinery/pkg/util/validation.
+_QUALIFIED_NAME_FMT = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
+_QUALIFIED_NAME_RE = re.compile(_QUALIFIED_NAME_FMT)
+_QUALIFIED_NAME_MSG = (
+    "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
+    "alphanumeric character"
+)
+_LABEL_VALUE_FMT = f"({_QUALIFIED_NAME_FMT})?"
+_LABEL_VALUE_RE = re.compile(_LABEL_VALUE_FMT)
+_LABEL_VALUE_MSG = (
+    "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', "
+    "and must start and end with an alphanumeric character"
+)
+_DNS1123_SUBDOMAIN_FMT = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+_DNS1123_SUBDOMAIN_RE = re.compile(_DNS1123_SUBDOMAIN_FMT)
+_DNS1123_SUBDOMAIN_MSG = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
+    "and must start and end with an alphanumeric character"
+)
+_INT64 = re.compile(r"[+-]?[0-9]+")
 
 
 class SelectorError(ValueError):
     """The selector string is malformed; the server answers 400 BadRequest."""
+
+
+def _regex_error(msg: str, fmt: str, *examples: str) -> str:
+    """validation.RegexError, double spaces and all."""
+    text = msg + " (e.g. "
+    for i, example in enumerate(examples):
+        if i:
+            text += " or "
+        text += f"'{example}', "
+    return text + f"regex used for validation is '{fmt}')"
+
+
+def _invalid(path: str, value: str, detail: str) -> str:
+    """field.Invalid(...).Error() for a string value (Go's %q quoting)."""
+    return f"{path}: Invalid value: {json.dumps(value, ensure_ascii=False)}: {detail}"
+
+
+def _qualified_name_errors(value: str) -> list[str]:
+    """validation.IsQualifiedName."""
+    errs: list[str] = []
+    parts = value.split("/")
+    if len(parts) > 2:
+        return [
+            "a qualified name "
+            + _regex_error(_QUALIFIED_NAME_MSG, _QUALIFIED_NAME_FMT, "MyName", "my.name", "123-abc")
+            + " with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
+        ]
+    name = parts[-1]
+    if len(parts) == 2:
+        prefix = parts[0]
+        if not prefix:
+            errs.append("prefix part must be non-empty")
+        else:
+            if len(prefix) > 253:
+                errs.append("prefix part must be no more than 253 characters")
+            if not _DNS1123_SUBDOMAIN_RE.fullmatch(prefix):
+                errs.append(
+                    "prefix part "
+                    + _regex_error(_DNS1123_SUBDOMAIN_MSG, _DNS1123_SUBDOMAIN_FMT, "example.com")
+                )
+    if not name:
+        errs.append("name part must be non-empty")
+    elif len(name) > 63:
+        errs.append("name part must be no more than 63 characters")
+    if not _QUALIFIED_NAME_RE.fullmatch(name):
+        errs.append(
+            "name part "
+            + _regex_error(_QUALIFIED_NAME_MSG, _QUALIFIED_NAME_FMT, "MyName", "my.name", "123-abc")
+        )
+    return errs
+
+
+def _label_value_errors(value: str) -> list[str]:
+    """validation.IsValidLabelValue."""
+    errs: list[str] = []
+    if len(value) > 63:
+        errs.append("must be no more than 63 characters")
+    if not _LABEL_VALUE_RE.fullmatch(value):
+        errs.append(_regex_error(_LABEL_VALUE_MSG, _LABEL_VALUE_FMT, "MyValue", "my_value", "12345"))
+    return errs
 
 
 @dataclass(frozen=True)
@@ -44,86 +125,184 @@ class LabelRequirement:
         if self.op == "!":
             return not has
         # ">" / "<": integer comparison; a non-integer label simply does not match.
-        try:
-            have, want = int(value), int(self.values[0])
-        except ValueError:
+        if not has or not _INT64.fullmatch(value):
             return False
-        return has and (have > want if self.op == ">" else have < want)
+        have, want = int(value), int(self.values[0])
+        return have > want if self.op == ">" else have < want
 
 
-def _check_key(key: str) -> None:
-    prefix, _, name = key.rpartition("/")
-    if "/" in key and (not prefix or len(prefix) > 253 or not _DNS_SUBDOMAIN_RE.match(prefix)):
-        raise SelectorError(
-            f'unable to parse requirement: invalid label key "{key}": prefix part must be a DNS subdomain'
-        )
-    if not name or len(name) > 63 or not _NAME_RE.match(name):
-        raise SelectorError(
-            f'unable to parse requirement: invalid label key "{key}": name part must consist of alphanumeric '
-            "characters, '-', '_' or '.', and must start and end with an alphanumeric character"
-        )
+# ------------------------------------------------------------------ the lexer
+_WHITESPACE = " \t\r\n"
+_SPECIAL = "=!(),><"
+# string2token: the special symbols and the two keywords.
+_SYMBOLS = {"(": "(", ")": ")", ",": ",", "!": "!", "!=": "!=", "=": "=", "==": "==", ">": ">", "<": "<"}
+_KEYWORDS = {"in": "in", "notin": "notin"}
+_ID = "identifier"
+_END = "end"
 
 
-def _check_value(value: str) -> None:
-    if value and (len(value) > 63 or not _NAME_RE.match(value)):
-        raise SelectorError(
-            f'unable to parse requirement: invalid label value: "{value}": '
-            "a valid label must be an empty string "
-            "or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
-            "alphanumeric character"
-        )
+def _lex(text: str) -> list[tuple[str, str]]:
+    """(token, literal) pairs, ending with (end, "")."""
+    tokens: list[tuple[str, str]] = []
+    i, n = 0, len(text)
+    while True:
+        while i < n and text[i] in _WHITESPACE:
+            i += 1
+        if i >= n:
+            tokens.append((_END, ""))
+            return tokens
+        if text[i] in _SPECIAL:
+            # The longest symbol that is a token (every single special character is one).
+            j, last = i, ("", "")
+            while j < n and text[j] in _SPECIAL:
+                buffer = text[i : j + 1]
+                if buffer in _SYMBOLS:
+                    last = (_SYMBOLS[buffer], buffer)
+                elif last[0]:
+                    break
+                j += 1
+            tokens.append(last)
+            i += len(last[1])
+            continue
+        j = i
+        while j < n and text[j] not in _WHITESPACE and text[j] not in _SPECIAL:
+            j += 1
+        word = text[i:j]
+        tokens.append((_KEYWORDS.get(word, _ID), word))
+        i = j
 
 
-def _split_top_level(text: str) -> list[str]:
-    terms: list[str] = []
-    cur: list[str] = []
-    depth = 0
-    for ch in text:
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-        if ch == "," and depth == 0:
-            terms.append("".join(cur))
-            cur = []
-        else:
-            cur.append(ch)
-    terms.append("".join(cur))
-    return terms
+class _LabelParser:
+    """labels.Parser: lookahead/consume over the scanned tokens."""
+
+    def __init__(self, text: str) -> None:
+        self.items = _lex(text)
+        self.position = 0
+
+    def lookahead(self, values: bool) -> tuple[str, str]:
+        tok, lit = self.items[self.position]
+        if values and tok in ("in", "notin"):
+            tok = _ID  # in the values context the keywords are identifiers
+        return tok, lit
+
+    def consume(self, values: bool) -> tuple[str, str]:
+        found = self.lookahead(values)
+        self.position += 1
+        return found
+
+    def parse(self) -> list[LabelRequirement]:
+        requirements: list[LabelRequirement] = []
+        while True:
+            tok, lit = self.lookahead(True)
+            if tok in (_ID, "!"):
+                try:
+                    requirements.append(self.requirement())
+                except SelectorError as exc:
+                    raise SelectorError(f"unable to parse requirement: {exc}") from exc
+                tok, lit = self.consume(True)
+                if tok == _END:
+                    return requirements
+                if tok != ",":
+                    raise SelectorError(f"found '{lit}', expected: ',' or 'end of string'")
+                tok, lit = self.lookahead(True)
+                if tok not in (_ID, "!"):
+                    raise SelectorError(f"found '{lit}', expected: identifier after ','")
+            elif tok == _END:
+                return requirements
+            else:
+                raise SelectorError(f"found '{lit}', expected: !, identifier, or 'end of string'")
+
+    def requirement(self) -> LabelRequirement:
+        op = ""
+        tok, key = self.consume(True)
+        if tok == "!":
+            op = "!"
+            tok, key = self.consume(True)
+        if tok != _ID:
+            raise SelectorError(f"found '{key}', expected: identifier")
+        if errs := _qualified_name_errors(key):
+            raise SelectorError(_invalid("<nil>", key, "; ".join(errs)))
+        if self.lookahead(True)[0] in (_END, ","):
+            op = op or "exists"
+        if op:
+            return LabelRequirement(key, op)
+        tok, lit = self.consume(False)
+        if tok not in ("in", "notin", "=", "==", "!=", ">", "<"):
+            raise SelectorError(f"found '{lit}', expected: in, notin, =, ==, !=, gt, lt")
+        op = "=" if tok == "==" else tok
+        values = self.values() if op in ("in", "notin") else self.exact_value()
+        return _new_requirement(key, op, sorted(values))
+
+    def values(self) -> set[str]:
+        tok, lit = self.consume(True)
+        if tok != "(":
+            raise SelectorError(f"found '{lit}' expected: '('")
+        tok, lit = self.lookahead(True)
+        if tok == ")":
+            self.consume(True)
+            return {""}  # "()" is the set of the empty value
+        if tok not in (_ID, ","):
+            raise SelectorError(f"found '{lit}', expected: ',', ')' or identifier")
+        found = self.identifiers()
+        if self.consume(True)[0] != ")":
+            raise SelectorError(f"found '{lit}', expected: ')'")
+        return found
+
+    def identifiers(self) -> set[str]:
+        found: set[str] = set()
+        while True:
+            tok, lit = self.consume(True)
+            if tok == _ID:
+                found.add(lit)
+                after, after_lit = self.lookahead(True)
+                if after == ",":
+                    continue
+                if after == ")":
+                    return found
+                raise SelectorError(f"found '{after_lit}', expected: ',' or ')'")
+            if tok == ",":
+                if not found:
+                    found.add("")  # "(,"
+                after = self.lookahead(True)[0]
+                if after == ")":
+                    found.add("")  # ",)"
+                    return found
+                if after == ",":
+                    self.consume(True)
+                    found.add("")  # ",,"
+                continue
+            raise SelectorError(f"found '{lit}', expected: ',', or identifier")
+
+    def exact_value(self) -> set[str]:
+        if self.lookahead(True)[0] in (_END, ","):
+            return {""}
+        tok, lit = self.consume(True)
+        if tok == _ID:
+            return {lit}
+        raise SelectorError(f"found '{lit}', expected: identifier")
+
+
+def _new_requirement(key: str, op: str, values: list[str]) -> LabelRequirement:
+    """labels.NewRequirement's value checks (the key was checked while parsing)."""
+    errs: list[str] = []
+    if op in (">", "<"):
+        errs += [
+            _invalid(f"values[{i}]", v, "for 'Gt', 'Lt' operators, the value must be an integer")
+            for i, v in enumerate(values)
+            if not _INT64.fullmatch(v)
+        ]
+    for i, value in enumerate(values):
+        if problems := _label_value_errors(value):
+            errs.append(_invalid(f"values[{i}][{key}]", value, "; ".join(problems)))
+    if errs:
+        raise SelectorError(errs[0] if len(errs) == 1 else "[" + ", ".join(errs) + "]")
+    return LabelRequirement(key, op, tuple(values))
 
 
 def parse_label_selector(text: str | None) -> list[LabelRequirement]:
-    if text is None or not text.strip():
+    if text is None:
         return []
-    reqs: list[LabelRequirement] = []
-    for raw in _split_top_level(text):
-        term = raw.strip()
-        if m := _SET_RE.match(term):
-            values = tuple(v.strip() for v in m["vals"].split(",") if v.strip())
-            if not values:
-                raise SelectorError(
-                    f"unable to parse requirement: for '{m['op']}' operator, values set can't be empty"
-                )
-            for v in values:
-                _check_value(v)
-            req = LabelRequirement(m["key"], m["op"], values)
-        elif m := _CMP_RE.match(term):
-            op = "=" if m["op"] == "==" else m["op"]
-            if op in ("<", ">") and not re.fullmatch(r"-?\d+", m["val"]):
-                raise SelectorError(
-                    "unable to parse requirement: for 'Gt', 'Lt' operators, "
-                    f"the value must be an integer: {term}"
-                )
-            if op in ("=", "!="):
-                _check_value(m["val"])
-            req = LabelRequirement(m["key"], op, (m["val"],))
-        elif m := _EXISTS_RE.match(term):
-            req = LabelRequirement(m["key"], "!" if m["neg"] else "exists")
-        else:
-            raise SelectorError(f"unable to parse requirement: found '{term}', expected: identifier")
-        _check_key(req.key)
-        reqs.append(req)
-    return reqs
+    return _LabelParser(text).parse()
 
 
 def labels_match(reqs: list[LabelRequirement], obj: Mapping[str, Any]) -> bool:
@@ -141,39 +320,56 @@ class FieldRequirement:
         return (field_value(obj, self.field) == self.value) != self.negate
 
 
-def _split_unescaped(text: str, sep: str) -> list[str]:
-    parts: list[str] = []
-    cur: list[str] = []
-    i = 0
-    while i < len(text):
-        ch = text[i]
-        if ch == "\\" and i + 1 < len(text):
-            cur.append(text[i : i + 2])
-            i += 2
-            continue
-        if ch == sep:
-            parts.append("".join(cur))
-            cur = []
-        else:
-            cur.append(ch)
-        i += 1
-    parts.append("".join(cur))
-    return parts
+def _split_terms(text: str) -> list[str]:
+    """fields.splitTerms: split on commas not escaped by a backslash."""
+    terms: list[str] = []
+    start, in_slash = 0, False
+    for i, ch in enumerate(text):
+        if in_slash:
+            in_slash = False
+        elif ch == "\\":
+            in_slash = True
+        elif ch == ",":
+            terms.append(text[start:i])
+            start = i + 1
+    terms.append(text[start:])
+    return terms
 
 
 def _unescape(value: str) -> str:
-    return re.sub(r"\\(.)", r"\1", value)
+    """fields.UnescapeValue: only \\\\, \\, and \\= are escapes; a bare , or = is an error."""
+    out: list[str] = []
+    in_slash = False
+    for ch in value:
+        if in_slash:
+            if ch not in "\\,=":
+                raise SelectorError(f"invalid field selector: invalid escape sequence: \\{ch}")
+            out.append(ch)
+            in_slash = False
+        elif ch == "\\":
+            in_slash = True
+        elif ch in ",=":
+            raise SelectorError(f"invalid field selector: unescaped character in value: {ord(ch)}")
+        else:
+            out.append(ch)
+    if in_slash:
+        raise SelectorError("invalid field selector: invalid escape sequence: \\")
+    return "".join(out)
 
 
 def parse_field_selector(text: str | None) -> list[FieldRequirement]:
-    if text is None or not text.strip():
+    """fields.ParseSelector: terms are handled in sorted order (so is the first error)."""
+    if not text:
         return []
     reqs: list[FieldRequirement] = []
-    for term in _split_unescaped(text, ","):
-        m = re.match(r"^(?P<f>[^=!\\]+?)\s*(?P<op>!=|==|=)(?P<v>.*)$", term.strip())
-        if not m:
+    for term in sorted(_split_terms(text)):
+        if not term:
+            continue
+        # The first operator found scanning left to right, "!=" and "==" before "=".
+        m = re.search(r"!=|==|=", term)
+        if m is None:
             raise SelectorError(f"invalid selector: '{text}'; can't understand '{term}'")
-        reqs.append(FieldRequirement(m["f"].strip(), m["op"] == "!=", _unescape(m["v"])))
+        reqs.append(FieldRequirement(term[: m.start()], m.group() == "!=", _unescape(term[m.end() :])))
     return reqs
 
 

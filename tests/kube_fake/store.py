@@ -6,10 +6,13 @@ Semantics mirror the generic registry store of kube-apiserver backed by etcd:
   writes that change nothing do not (and emit no watch event);
 * a write carrying a stale ``metadata.resourceVersion`` is a 409 Conflict;
 * DELETE of an object with finalizers only sets ``deletionTimestamp``; the
-  write that empties ``finalizers`` removes it (a single DELETED event);
-* a bound pod is deleted gracefully: it stays Terminating (finalizers or not)
-  until its kubelet confirms — a terminal phase, or a delete with grace 0 —
-  as on a real cluster, where a pod on a dead node stays until forced;
+  write that empties ``finalizers`` removes it (a single DELETED event, which
+  carries the last stored state);
+* a pod is always deleted gracefully: ``deletionTimestamp`` first (MODIFIED),
+  then, with grace 0 (unbound or finished pods) and no finalizers, the removal
+  (DELETED); a bound pod stays Terminating (finalizers or not) until its
+  kubelet confirms with a DELETE of grace 0, as on a real cluster, where a pod
+  on a dead node stays until forced (a terminal phase alone does not remove it);
 * the event log is bounded; watching from before its start is 410 Expired.
 
 Everything is guarded by one re-entrant lock whose condition variable is
@@ -38,7 +41,7 @@ from .selectors import (
     parse_field_selector,
     parse_label_selector,
 )
-from .util import JSON, clone, meta, now_rfc3339
+from .util import JSON, clone, meta, now_rfc3339, parse_rfc3339, rfc3339
 
 T = TypeVar("T")
 Mode = Literal["main", "status", "direct"]
@@ -54,6 +57,12 @@ SYSTEM_META = (
     "resourceVersion",
     "generateName",
 )
+# Metadata a kind's status strategy takes from the stored object, not the /status write
+# (podStatusStrategy: ownerReferences; deploymentStatusStrategy: labels).
+_STATUS_KEEPS_OLD: dict[tuple[str, str], tuple[str, ...]] = {
+    ("", "pods"): ("ownerReferences",),
+    ("apps", "deployments"): ("labels",),
+}
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 _NAME_SUFFIX_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # apiserver's SimpleNameGenerator alphabet
 
@@ -133,11 +142,12 @@ class Store:
         return Filter(labels, fields)
 
     def snapshot(self, rt: ResourceType, namespace: str | None, flt: Filter | None = None) -> list[JSON]:
-        """Matching objects in etcd key order (namespace, name)."""
+        """Matching objects in etcd key order: by "namespace/name" as one string (so namespace
+        "a-b" comes before "a", whose key goes on with "/")."""
         with self.cond:
             items = [
                 obj
-                for (ns, _), obj in sorted(self._bucket(rt).items())
+                for (ns, _), obj in sorted(self._bucket(rt).items(), key=lambda kv: f"{kv[0][0]}/{kv[0][1]}")
                 if (namespace is None or ns == namespace) and (flt is None or flt.matches(obj))
             ]
             return [rt.served(obj) for obj in clone(items)]
@@ -151,12 +161,11 @@ class Store:
             for item in items:
                 item.pop("kind", None)
                 item.pop("apiVersion", None)
-        return {
-            "kind": rt.list_kind,
-            "apiVersion": rt.api_version,
-            "metadata": {"resourceVersion": str(rv)},
-            "items": items,
-        }
+        # An unstructured (custom resource) list always says there is no more to come.
+        list_meta = (
+            {"continue": "", "resourceVersion": str(rv)} if rt.custom else {"resourceVersion": str(rv)}
+        )
+        return {"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": list_meta, "items": items}
 
     # ---------------------------------------------------------------- writes
     def _commit(self, rt: ResourceType, ns: str, name: str, new: JSON, old: JSON | None, kind: str) -> JSON:
@@ -185,6 +194,7 @@ class Store:
             raise errors.bad_request(
                 f"the kind in the data ({body['kind']}) does not match the expected kind ({rt.kind})"
             )
+        validation.check_micro_times(rt, body)  # part of decoding the body: before anything else
         with self.cond:
             src_meta = body.get("metadata") or {}
             ns = self._ns(rt, namespace)
@@ -203,7 +213,9 @@ class Store:
             obj: JSON = {"kind": rt.kind, "apiVersion": rt.storage_api_version}
             obj.update({k: clone(v) for k, v in body.items() if k not in ("kind", "apiVersion")})
             m = {k: v for k, v in meta(obj).items() if k not in (*SYSTEM_META, "selfLink", "managedFields")}
-            m.update(name=name, uid=str(uuid.uuid4()), creationTimestamp=now_rfc3339(), generation=1)
+            m.update(name=name, uid=str(uuid.uuid4()), creationTimestamp=now_rfc3339())
+            if rt.generation:
+                m["generation"] = 1
             if src_meta.get("generateName"):
                 m["generateName"] = src_meta["generateName"]
             if rt.namespaced:
@@ -243,18 +255,21 @@ class Store:
             if new_meta.get("resourceVersion") not in (None, "", old["metadata"]["resourceVersion"]):
                 raise errors.stale(rt, name)
             if new_meta.get("uid") not in (None, "", old["metadata"]["uid"]):
-                raise errors.conflict(
-                    rt,
-                    name,
-                    f"Precondition failed: UID in precondition: {new_meta['uid']}, "
-                    f"UID in object meta: {old['metadata']['uid']}",
+                # The body's uid is a storage precondition, failed in etcd3's words.
+                raise errors.storage_precondition_failed(
+                    rt, ns, name, "UID", new_meta["uid"], old["metadata"]["uid"]
                 )
             new = self._prepare_update(rt, name, old, body, mode)
             if new == old:
                 return rt.served(clone(old))  # no-op write: no new resourceVersion, no event
-            m = meta(new)
-            if m.get("deletionTimestamp") and not m.get("finalizers") and not _awaits_kubelet(rt, new):
-                return self._commit(rt, ns, name, new, old, "DELETED")
+            if _deleted_by_update(new, old):
+                # Store.Update deletes instead of writing: the DELETED event carries the last
+                # stored state (finalizers and all), the answer the would-be object, never
+                # stored, at the version it was computed from.
+                self._commit(rt, ns, name, clone(old), old, "DELETED")
+                answer = rt.served(clone(new))
+                meta(answer)["resourceVersion"] = old["metadata"]["resourceVersion"]
+                return answer
             return self._commit(rt, ns, name, new, old, "MODIFIED")
 
     def _prepare_update(self, rt: ResourceType, name: str, old: JSON, body: JSON, mode: Mode) -> JSON:
@@ -264,6 +279,23 @@ class Store:
                 new["status"] = clone(body["status"])
             else:
                 new.pop("status", None)
+            if not rt.custom:
+                # A built-in kind's status strategy resets the spec, not the metadata: labels,
+                # annotations and finalizers written through /status stick, except what the
+                # kind's strategy puts back (a custom resource's /status takes only status).
+                kept = {
+                    k: v
+                    for k, v in meta(body).items()
+                    if k not in (*SYSTEM_META, "selfLink", "managedFields")
+                }
+                kept.update({k: old["metadata"][k] for k in SYSTEM_META if k in old["metadata"]})
+                for key in _STATUS_KEEPS_OLD.get(rt.key, ()):
+                    kept.pop(key, None)
+                    if key in old["metadata"]:
+                        kept[key] = clone(old["metadata"][key])
+                new["metadata"] = clone(kept)
+                validation.label_namespace(rt, new)
+                validation.validate_finalizers(rt, name, old, new)
             validation.validate_status_update(rt, name, new)
             return new
         new = {"kind": rt.kind, "apiVersion": rt.storage_api_version}
@@ -276,18 +308,21 @@ class Store:
         m = {k: v for k, v in meta(new).items() if k not in (*SYSTEM_META, "selfLink", "managedFields")}
         m.update({k: old["metadata"][k] for k in SYSTEM_META if k in old["metadata"]})
         new["metadata"] = m
+        validation.label_namespace(rt, new)
         if mode == "direct":
             # Server-internal writes (binding, kubelet, test helpers) skip the
             # update strategy: no validation, no generation bump.
             return new
+        validation.check_micro_times(rt, new)
         if rt.key == ("", "pods"):
             validation.validate_pod_update(rt, name, old, new)
         validation.validate_finalizers(rt, name, old, new)
         ignored = ("metadata", "status", "kind", "apiVersion")
-        if {k: v for k, v in new.items() if k not in ignored} != {
+        spec_changed = {k: v for k, v in new.items() if k not in ignored} != {
             k: v for k, v in old.items() if k not in ignored
-        }:
-            m["generation"] = int(old["metadata"].get("generation", 1)) + 1
+        }
+        if spec_changed and "generation" in old["metadata"]:
+            m["generation"] = int(old["metadata"]["generation"]) + 1
         return new
 
     def patch(
@@ -321,7 +356,16 @@ class Store:
             return self.update(rt, namespace, name, obj if result is None else result, mode)
 
     def delete(self, rt: ResourceType, namespace: str | None, name: str, options: JSON | None = None) -> JSON:
-        """Returns the response body: the object, or a Success Status."""
+        """Returns the response body: the object, or a Success Status.
+
+        As the generic registry store: preconditions first (rest.BeforeDelete's
+        words); a pod is always deleted gracefully (pod CheckGracefulDelete):
+        deletionTimestamp = now + grace is written first, grace 0 when it is
+        unbound or terminal, and with grace 0 and no finalizers it is then removed
+        (two events, MODIFIED then DELETED); an object of another kind with
+        finalizers is marked deleting (grace 0), one without is removed at once.
+        A second DELETE of a terminating pod may only shorten its grace period.
+        """
         opts = options or {}
         with self.cond:
             ns = self._ns(rt, namespace)
@@ -332,51 +376,64 @@ class Store:
             pre = opts.get("preconditions") or {}
             for key, label in (("uid", "UID"), ("resourceVersion", "ResourceVersion")):
                 if pre.get(key) and pre[key] != om.get(key):
-                    raise errors.conflict(
-                        rt,
-                        name,
-                        f"Precondition failed: {label} in precondition: {pre[key]}, "
-                        f"{label} in object meta: {om.get(key)}",
-                    )
-            bound_pod = rt.key == ("", "pods") and bool((old.get("spec") or {}).get("nodeName"))
-            grace = 0
-            if bound_pod:
-                # A bound pod is deleted gracefully: its kubelet stops it, then confirms
-                # (a terminal phase, or its own delete with grace 0). Unbound pods go at once.
-                grace = int(
-                    opts.get("gracePeriodSeconds", old["spec"].get("terminationGracePeriodSeconds", 30))
-                )
-            terminating = bool(om.get("deletionTimestamp"))
-            if terminating:
-                if not (bound_pod and grace == 0):
-                    return rt.served(clone(old))
-                if om.get("finalizers"):  # forced: gone as soon as the finalizers are
-                    new = clone(old)
-                    meta(new)["deletionGracePeriodSeconds"] = 0
-                    return self._commit(rt, ns, name, new, old, "MODIFIED")
-                # The kubelet's confirmation (or a force delete): removed below.
-            elif om.get("finalizers") or (bound_pod and grace > 0 and not _terminal(old)):
-                new = clone(old)
-                m = meta(new)
+                    raise errors.delete_precondition_failed(rt, name, label, pre[key], om.get(key))
+            is_pod = rt.key == ("", "pods")
+            if om.get("deletionTimestamp"):
+                return self._delete_again(rt, ns, name, old, opts)
+            new = clone(old)
+            m = meta(new)
+            if is_pod:
+                grace = _pod_grace_period(old, opts)
                 m["deletionTimestamp"] = now_rfc3339(grace)
                 m["deletionGracePeriodSeconds"] = grace
-                m["generation"] = int(m.get("generation", 1)) + 1
+                _bump_generation(m)
+                marked = self._commit(rt, ns, name, new, old, "MODIFIED")
+                if grace > 0 or m.get("finalizers"):
+                    return marked
+                return self._remove(rt, ns, name, new)
+            if om.get("finalizers"):
+                m["deletionTimestamp"] = now_rfc3339()
+                m["deletionGracePeriodSeconds"] = 0
+                _bump_generation(m)
                 return self._commit(rt, ns, name, new, old, "MODIFIED")
-            gone = self._commit(rt, ns, name, clone(old), old, "DELETED")
-            if rt.return_deleted_object:
-                return gone
-            details: JSON = {"name": name}
-            if rt.group:
-                details["group"] = rt.group
-            details.update(kind=rt.plural, uid=om["uid"])
-            return errors.status_body(0, "", "", details, success=True)
+            return self._remove(rt, ns, name, old)
+
+    def _delete_again(self, rt: ResourceType, ns: str, name: str, old: JSON, opts: JSON) -> JSON:
+        """DELETE of an object already being deleted: only a shorter grace period changes it
+        (the deletion time moves by the difference); reaching 0 without finalizers removes it."""
+        om = old["metadata"]
+        current = int(om.get("deletionGracePeriodSeconds") or 0)
+        if current == 0 or "gracePeriodSeconds" not in opts or int(opts["gracePeriodSeconds"]) >= current:
+            return rt.served(clone(old))
+        grace = max(int(opts["gracePeriodSeconds"]), 0)
+        new = clone(old)
+        m = meta(new)
+        requested = parse_rfc3339(str(om["deletionTimestamp"])) - current
+        m["deletionTimestamp"] = rfc3339(requested + grace)
+        m["deletionGracePeriodSeconds"] = grace
+        marked = self._commit(rt, ns, name, new, old, "MODIFIED")
+        if grace > 0 or m.get("finalizers"):
+            return marked
+        return self._remove(rt, ns, name, new)
+
+    def _remove(self, rt: ResourceType, ns: str, name: str, last: JSON) -> JSON:
+        """Take the object out of storage: the DELETED event, then the answer to the DELETE."""
+        gone = self._commit(rt, ns, name, clone(last), last, "DELETED")
+        if rt.return_deleted_object:
+            return gone
+        details: JSON = {"name": name}
+        if rt.group:
+            details["group"] = rt.group
+        details.update(kind=rt.plural, uid=last["metadata"]["uid"])
+        return errors.status_body(0, "", "", details, success=True)
 
     # ----------------------------------------------------------------- watch
     def events_after(self, cursor: int) -> list[StoredEvent]:
         """Logged events with rv > cursor (caller holds ``cond``); 410 if some were dropped."""
         if cursor < self._compacted_rv:
-            oldest = self._log[0].rv if self._log else self._rv + 1
-            raise errors.expired(cursor, oldest)
+            # The server names the oldest version a watch may still start from (the watch
+            # cache's "oldest - 1"): the last one whose event is gone.
+            raise errors.expired(cursor, self._compacted_rv)
         out: list[StoredEvent] = []
         for ev in reversed(self._log):
             if ev.rv <= cursor:
@@ -420,19 +477,37 @@ class Store:
                 self.cond.wait(remaining)
 
 
+def _bump_generation(metadata: JSON) -> None:
+    """Deletion bumps the generation of an object that has one (rest.BeforeDelete, markAsDeleting)."""
+    if "generation" in metadata:
+        metadata["generation"] = int(metadata["generation"]) + 1
+
+
 def _terminal(pod: JSON) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
-def _awaits_kubelet(rt: ResourceType, obj: JSON) -> bool:
-    """A bound pod in graceful termination stays until its kubelet confirms it stopped.
+def _pod_grace_period(pod: JSON, opts: JSON) -> int:
+    """podStrategy.CheckGracefulDelete: the request's grace period, else the pod's; 0 for a pod
+    not scheduled or already terminated (nothing runs it), 1 for a negative one."""
+    spec = pod.get("spec") or {}
+    if "gracePeriodSeconds" in opts and opts["gracePeriodSeconds"] is not None:
+        grace = int(opts["gracePeriodSeconds"])
+    else:
+        grace = int(spec.get("terminationGracePeriodSeconds", 30))
+    if not spec.get("nodeName") or _terminal(pod):
+        grace = 0
+    return 1 if grace < 0 else grace
 
-    The kubelet confirms by reporting a terminal phase (then deleting with grace 0);
-    a delete with gracePeriodSeconds=0 (force) sets deletionGracePeriodSeconds to 0.
-    """
-    if rt.key != ("", "pods") or not (obj.get("spec") or {}).get("nodeName"):
+
+def _deleted_by_update(new: JSON, old: JSON) -> bool:
+    """Store.shouldDeleteDuringUpdate: the write takes the last finalizer off an object being
+    deleted whose grace period is over (0). A bound pod in graceful deletion keeps its grace
+    period until its kubelet confirms with a DELETE of grace 0 (see ``delete``)."""
+    old_meta = old.get("metadata") or {}
+    if meta(new).get("finalizers") or not old_meta.get("deletionTimestamp"):
         return False
-    return int(meta(obj).get("deletionGracePeriodSeconds") or 0) > 0 and not _terminal(obj)
+    return int(old_meta.get("deletionGracePeriodSeconds") or 0) == 0
 
 
 def _check_patched_uid(rt: ResourceType, name: str, current: JSON, patched: JSON) -> None:
@@ -449,6 +524,7 @@ def _check_patched_uid(rt: ResourceType, name: str, current: JSON, patched: JSON
         return
     if new_meta.get("resourceVersion") not in (None, "", old_meta.get("resourceVersion")):
         return  # the stale resourceVersion is reported first
-    raise errors.invalid(
-        rt, name, [("metadata.uid", "FieldValueInvalid", f'Invalid value: "{uid}": field is immutable')]
-    )
+    # Twice, as kube-apiserver lists it: rest.BeforeUpdate validates the object meta update,
+    # then the kind's ValidateUpdate does so again (the message names it once).
+    cause = ("metadata.uid", "FieldValueInvalid", f'Invalid value: "{uid}": field is immutable')
+    raise errors.invalid(rt, name, [cause, cause])

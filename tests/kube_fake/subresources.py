@@ -27,15 +27,13 @@ EVICTION_REASON = "EvictionByEvictionAPI"
 EVICTION_MESSAGE = "Eviction API: evicting"
 
 
-def _check_preconditions(rt: ResourceType, name: str, pod: JSON, want: JSON, *, what: str) -> None:
+def _check_preconditions(rt: ResourceType, namespace: str, name: str, pod: JSON, want: JSON) -> None:
+    """BindingREST hands the Binding's uid/resourceVersion to the storage update as
+    preconditions: a mismatch is etcd3's precondition error, on the pod."""
     for key, label in (("uid", "UID"), ("resourceVersion", "ResourceVersion")):
         if want.get(key) and want[key] != pod["metadata"].get(key):
-            raise errors.conflict(
-                rt,
-                name,
-                f"Precondition failed: {label} in precondition: {want[key]}, "
-                f"{label} in object meta: {pod['metadata'].get(key)}",
-                qualified=what,
+            raise errors.storage_precondition_failed(
+                rt, namespace, name, label, want[key], pod["metadata"].get(key)
             )
 
 
@@ -61,20 +59,23 @@ def set_condition(
 
 
 def bind(store: Store, rt: ResourceType, namespace: str, name: str, body: Any) -> JSON:
-    if not isinstance(body, dict) or not isinstance(body.get("target"), dict):
-        raise errors.bad_request("a Binding object with a target is required")
-    target = body["target"]
+    if not isinstance(body, dict):
+        raise errors.bad_request("a Binding object is required")
+    target: JSON = body["target"] if isinstance(body.get("target"), dict) else {}
     bmeta = body.get("metadata") or {}
-    if bmeta.get("name") not in (None, "", name):
+    if bmeta.get("name") != name:  # a Binding must name its pod, even on pods/{name}/binding
         raise errors.bad_request("name in URL does not match name in Binding object")
-    if target.get("kind") not in (None, "", "Node"):
-        raise errors.bad_request(f"binding target kind must be Node, got {target.get('kind')!r}")
-    node = str(target.get("name") or "")
+    # ValidatePodBinding's errors come back as a bare ErrorList: 500 without a reason.
+    kind, node = target.get("kind") or "", str(target.get("name") or "")
+    if kind not in ("", "Node"):
+        raise errors.unexpected(
+            f'target.kind: Unsupported value: "{kind}": supported values: "Node", "<empty>"'
+        )
     if not node:
-        raise errors.invalid(rt, name, [("target.name", "FieldValueRequired", "Required value")])
+        raise errors.unexpected("target.name: Required value")
 
     def assign(pod: JSON) -> JSON:
-        _check_preconditions(rt, name, pod, bmeta, what="pods/binding")
+        _check_preconditions(rt, namespace, name, pod, bmeta)
         spec = pod.setdefault("spec", {})
         why = None
         if pod["metadata"].get("deletionTimestamp"):
@@ -147,7 +148,7 @@ def evict(
     if not isinstance(body, dict):
         raise errors.bad_request("an Eviction object is required")
     emeta = body.get("metadata") or {}
-    if emeta.get("name") not in (None, "", name):
+    if emeta.get("name") != name:  # an Eviction must name its pod, even on pods/{name}/eviction
         raise errors.bad_request("name in URL does not match name in Eviction object")
     options: JSON = dict(body.get("deleteOptions") or {})
     if options.get("dryRun"):
@@ -202,19 +203,10 @@ def _mark_and_delete(store: Store, rt: ResourceType, namespace: str, name: str, 
     pre = options.get("preconditions") or {}
 
     def mark(pod: JSON) -> None:
-        for key, label, why in (
-            ("uid", "UID", "The object might have been deleted and then recreated"),
-            ("resourceVersion", "ResourceVersion", "The object might have been modified"),
-        ):
+        for key, label in (("uid", "UID"), ("resourceVersion", "ResourceVersion")):
             want, have = pre.get(key), pod["metadata"].get(key)
             if want and want != have:
-                raise errors.conflict(
-                    rt,
-                    name,
-                    f"the {label} in the precondition ({want}) does not match "
-                    f"the {label} in record ({have}). {why}",
-                    qualified="Pod",
-                )
+                raise errors.delete_precondition_failed(rt, name, label, want, have)
         set_condition(
             pod.setdefault("status", {}), "DisruptionTarget", "True", EVICTION_REASON, EVICTION_MESSAGE
         )

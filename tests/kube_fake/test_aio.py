@@ -1,8 +1,13 @@
-"""The same contract through ``kubernetes.aio`` (client, watch, kubeconfig loading)."""
+"""The same contract through ``kubernetes.aio`` (client, watch, kubeconfig loading).
+
+The tests taking ``aio_kube`` run against the fake and the real kube-apiserver alike;
+the others use the fake's request log, history compaction or bookmark helper.
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import kubernetes.aio.client
@@ -10,48 +15,60 @@ import pytest
 from kubernetes.aio.client.exceptions import ApiException
 
 from tests.kube_fake import FakeKubeServer
+from tests.kube_fake.backend import KubeApi
 from tests.kube_fake.builders import Client, aio_kube_config, aio_watch, error_body, pod_body
 
 
-async def test_crud_binding_and_errors(aio_core: Client) -> None:
-    pod = await aio_core.create_namespaced_pod("default", pod_body("p"))
+@pytest.fixture
+async def aio_kube(kube_api: KubeApi) -> AsyncIterator[tuple[Client, str]]:
+    """A ``kubernetes.aio`` CoreV1Api for the test's server, and its namespace."""
+    client = kube_api.aio_api_client()
+    try:
+        yield kubernetes.aio.client.CoreV1Api(client), kube_api.namespace
+    finally:
+        await client.close()  # type: ignore[no-untyped-call]
+
+
+async def test_crud_binding_and_errors(aio_kube: tuple[Client, str]) -> None:
+    aio_core, ns = aio_kube
+    pod = await aio_core.create_namespaced_pod(ns, pod_body("p"))
     assert pod.status.phase == "Pending"
     assert pod.spec.scheduler_name == "default-scheduler"
     with pytest.raises(ApiException) as exc:
-        await aio_core.create_namespaced_pod("default", pod_body("p"))
+        await aio_core.create_namespaced_pod(ns, pod_body("p"))
     assert exc.value.status == 409
     assert error_body(exc.value)["reason"] == "AlreadyExists"
     binding = {"metadata": {"name": "p"}, "target": {"kind": "Node", "name": "n1"}}
-    resp = await aio_core.create_namespaced_pod_binding_without_preload_content("p", "default", binding)
+    resp = await aio_core.create_namespaced_pod_binding_without_preload_content("p", ns, binding)
     assert resp.status == 201
     assert json.loads(await resp.read())["status"] == "Success"
-    assert (await aio_core.read_namespaced_pod("p", "default")).spec.node_name == "n1"
-    resp = await aio_core.create_namespaced_pod_binding_without_preload_content("p", "default", binding)
+    assert (await aio_core.read_namespaced_pod("p", ns)).spec.node_name == "n1"
+    resp = await aio_core.create_namespaced_pod_binding_without_preload_content("p", ns, binding)
     assert resp.status == 409
     assert 'is already assigned to node "n1"' in json.loads(await resp.read())["message"]
     patched = await aio_core.patch_namespaced_pod(
-        "p", "default", [{"op": "add", "path": "/metadata/labels", "value": {"a": "b"}}]
+        "p", ns, [{"op": "add", "path": "/metadata/labels", "value": {"a": "b"}}]
     )
     assert patched.metadata.labels == {"a": "b"}
     with pytest.raises(ApiException) as exc:
-        await aio_core.read_namespaced_pod("missing", "default")
+        await aio_core.read_namespaced_pod("missing", ns)
     assert exc.value.status == 404
 
 
-async def test_aio_watch_replay_and_live(aio_core: Client) -> None:
-    rv = (await aio_core.create_namespaced_pod("default", pod_body("a"))).metadata.resource_version
-    await aio_core.create_namespaced_pod("default", pod_body("b"))
+async def test_aio_watch_replay_and_live(aio_kube: tuple[Client, str]) -> None:
+    aio_core, ns = aio_kube
+    rv = (await aio_core.create_namespaced_pod(ns, pod_body("a"))).metadata.resource_version
+    await aio_core.create_namespaced_pod(ns, pod_body("b"))
     seen = []
     async with aio_watch.Watch() as w:
-        async for event in w.stream(
-            aio_core.list_namespaced_pod, "default", resource_version=rv, timeout_seconds=5
-        ):
+        async for event in w.stream(aio_core.list_namespaced_pod, ns, resource_version=rv, timeout_seconds=5):
             seen.append((event["type"], event["object"].metadata.name))
             if len(seen) == 1:
-                await aio_core.delete_namespaced_pod("a", "default")
-            else:
+                await aio_core.delete_namespaced_pod("a", ns)
+            elif event["type"] == "DELETED":
                 w.stop()
-    assert seen == [("ADDED", "b"), ("DELETED", "a")]
+    # The deletion: marked (deletionTimestamp), then removed.
+    assert seen == [("ADDED", "b"), ("MODIFIED", "a"), ("DELETED", "a")]
 
 
 async def _drain(core: Client, **kwargs: object) -> None:
@@ -61,6 +78,7 @@ async def _drain(core: Client, **kwargs: object) -> None:
 
 
 async def test_aio_watch_410_then_relist_and_rewatch(kube_fake: FakeKubeServer, aio_core: Client) -> None:
+    """Fake only: counts the client's watch requests in the fake's request log."""
     old = (await aio_core.create_namespaced_pod("default", pod_body("a"))).metadata.resource_version
     await aio_core.create_namespaced_pod("default", pod_body("b"))
     kube_fake.compact_history()
@@ -87,6 +105,7 @@ async def test_aio_watch_410_then_relist_and_rewatch(kube_fake: FakeKubeServer, 
 
 
 async def test_aio_bookmark_and_wait_for_async(kube_fake: FakeKubeServer, aio_core: Client) -> None:
+    """Fake only: ``send_bookmarks`` and ``wait_for_async``."""
     await aio_core.create_namespaced_pod("default", pod_body("a"))
     kinds = []
     async with aio_watch.Watch() as w:
@@ -103,11 +122,17 @@ async def test_aio_bookmark_and_wait_for_async(kube_fake: FakeKubeServer, aio_co
     assert kinds == ["ADDED", "BOOKMARK"]
 
 
-async def test_aio_kubeconfig_loading(kube_fake: FakeKubeServer, tmp_path: Path) -> None:
-    path = kube_fake.kubeconfig(tmp_path / "config")
+async def test_aio_kubeconfig_loading(kube_api: KubeApi, tmp_path: Path) -> None:
+    if kube_api.fake is not None:
+        path = kube_api.fake.kubeconfig(tmp_path / "config", namespace=kube_api.namespace)
+    else:
+        assert kube_api.real is not None
+        path = kube_api.real.kubeconfig(tmp_path / "config", namespace=kube_api.namespace)
     cfg: Client = kubernetes.aio.client.Configuration()
     await aio_kube_config.load_kube_config(config_file=str(path), client_configuration=cfg)
-    assert cfg.host == kube_fake.url
+    assert cfg.host == kube_api.url
+    kube_api.core.create_namespaced_pod(kube_api.namespace, pod_body("p"))
     async with kubernetes.aio.client.ApiClient(cfg) as client:
-        nodes = await kubernetes.aio.client.CoreV1Api(client).list_node()
-    assert nodes.items == []
+        core: Client = kubernetes.aio.client.CoreV1Api(client)
+        pods = await core.list_namespaced_pod(kube_api.namespace)
+    assert [p.metadata.name for p in pods.items] == ["p"]

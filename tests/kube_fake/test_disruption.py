@@ -1,9 +1,14 @@
-"""Behaviour 13: PodDisruptionBudgets, their controller-computed status, and evictions that honour them."""
+"""Behaviour 13: PodDisruptionBudgets, their controller-computed status, and evictions that honour them.
+
+Most tests here are about the fake's disruption controller (none runs in the real test bed)
+and stay fake-only. The ones taking ``kube_api`` run against the fake and the real
+kube-apiserver alike, with no controller on either; how an eviction reads a budget's
+status written by hand is in test_subresources.py.
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import kubernetes.client
@@ -11,6 +16,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from tests.kube_fake import FakeKubeServer
+from tests.kube_fake.backend import KubeApi
 from tests.kube_fake.builders import Client, error_body, pod_body
 
 VIOLATION = "Cannot evict pod as it would violate the pod's disruption budget."
@@ -30,6 +36,7 @@ def _pod(
     ready: bool = True,
     labels: dict[str, str] | None = None,
     owner: Any = None,
+    ns: str = "default",
 ) -> None:
     body = pod_body(name, labels=labels or {"app": "web"}, nodeName="n1")
     body["metadata"]["finalizers"] = [KEEP]
@@ -43,30 +50,32 @@ def _pod(
                 "controller": True,
             }
         ]
-    core.create_namespaced_pod("default", body)
+    core.create_namespaced_pod(ns, body)
     if phase != "Pending":
         status = {"phase": phase, "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
-        core.patch_namespaced_pod_status(name, "default", {"status": status})
+        core.patch_namespaced_pod_status(name, ns, {"status": status})
 
 
-def _pdb(policy: Client, name: str, selector: Any = None, **spec: Any) -> Any:
+def _pdb(policy: Client, name: str, selector: Any = None, *, ns: str = "default", **spec: Any) -> Any:
     body = {
         "metadata": {"name": name},
         "spec": {"selector": {"matchLabels": {"app": "web"}} if selector is None else selector, **spec},
     }
-    return policy.create_namespaced_pod_disruption_budget("default", body)
+    return policy.create_namespaced_pod_disruption_budget(ns, body)
 
 
-def _evict(core: Client, name: str, **delete_options: Any) -> Any:
+def _evict(core: Client, name: str, *, ns: str = "default", **delete_options: Any) -> Any:
     body: dict[str, Any] = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name}}
     if delete_options:
         body["deleteOptions"] = delete_options
-    return core.create_namespaced_pod_eviction(name, "default", body, _preload_content=False)
+    return core.create_namespaced_pod_eviction(name, ns, body, _preload_content=False)
 
 
-def _refused(core: Client, name: str, **delete_options: Any) -> tuple[int, dict[str, Any], Any]:
+def _refused(
+    core: Client, name: str, *, ns: str = "default", **delete_options: Any
+) -> tuple[int, dict[str, Any], Any]:
     with pytest.raises(ApiException) as exc:
-        _evict(core, name, **delete_options)
+        _evict(core, name, ns=ns, **delete_options)
     return exc.value.status, error_body(exc.value), exc.value.headers
 
 
@@ -77,8 +86,8 @@ def _status(kube: FakeKubeServer, name: str) -> Any:
     return pdb["status"]
 
 
-def _terminating(core: Client, name: str) -> bool:
-    return core.read_namespaced_pod(name, "default").metadata.deletion_timestamp is not None
+def _terminating(core: Client, name: str, ns: str = "default") -> bool:
+    return core.read_namespaced_pod(name, ns).metadata.deletion_timestamp is not None
 
 
 def test_pdb_status_follows_ready_pods(kube_fake: FakeKubeServer, core: Client, policy: Client) -> None:
@@ -230,32 +239,31 @@ def test_pending_terminal_and_unready_pods_are_not_held_back(
     assert _evict(core, "sick").status == 201
 
 
-def test_eviction_overwrites_disruption_target_and_honours_delete_options(
-    kube_fake: FakeKubeServer, core: Client
-) -> None:
-    _pod(core, "p")
+def test_eviction_overwrites_disruption_target_and_honours_delete_options(kube_api: KubeApi) -> None:
+    core, ns = kube_api.core, kube_api.namespace
+    _pod(core, "p", ns=ns)
     stale = {
         "type": "DisruptionTarget",
         "status": "False",
         "reason": "PreemptionByScheduler",
         "message": "old",
     }
-    core.patch_namespaced_pod_status("p", "default", {"status": {"conditions": [stale]}})
-    code, body, _ = _refused(core, "p", preconditions={"uid": "not-the-uid"})
-    uid = core.read_namespaced_pod("p", "default").metadata.uid
+    core.patch_namespaced_pod_status("p", ns, {"status": {"conditions": [stale]}})
+    code, body, _ = _refused(core, "p", ns=ns, preconditions={"uid": "not-the-uid"})
+    uid = core.read_namespaced_pod("p", ns).metadata.uid
     assert (code, body["reason"]) == (409, "Conflict")
     assert body["message"] == (
         f'Operation cannot be fulfilled on Pod "p": the UID in the precondition (not-the-uid) does not match '
         f"the UID in record ({uid}). The object might have been deleted and then recreated"
     )
-    pod = core.read_namespaced_pod("p", "default")
+    pod = core.read_namespaced_pod("p", ns)
     assert pod.metadata.deletion_timestamp is None
     assert (
         next(c for c in pod.status.conditions if c.type == "DisruptionTarget").reason
         == "PreemptionByScheduler"
     )
-    assert _evict(core, "p", gracePeriodSeconds=7, preconditions={"uid": uid}).status == 201
-    pod = core.read_namespaced_pod("p", "default")
+    assert _evict(core, "p", ns=ns, gracePeriodSeconds=7, preconditions={"uid": uid}).status == 201
+    pod = core.read_namespaced_pod("p", ns)
     assert pod.metadata.deletion_grace_period_seconds == 7
     (cond,) = [c for c in pod.status.conditions if c.type == "DisruptionTarget"]
     assert (cond.status, cond.reason, cond.message) == (
@@ -265,11 +273,13 @@ def test_eviction_overwrites_disruption_target_and_honours_delete_options(
     )
 
 
-def test_two_budgets_for_one_pod_are_a_server_error(core: Client, policy: Client) -> None:
-    _pod(core, "p")
-    _pdb(policy, "one", minAvailable=0)
-    _pdb(policy, "two", minAvailable=0)
-    code, body, _ = _refused(core, "p")
+def test_two_budgets_for_one_pod_are_a_server_error(kube_api: KubeApi) -> None:
+    core, ns = kube_api.core, kube_api.namespace
+    policy = kubernetes.client.PolicyV1Api(kube_api.api_client)
+    _pod(core, "p", ns=ns)
+    _pdb(policy, "one", ns=ns, minAvailable=0)
+    _pdb(policy, "two", ns=ns, minAvailable=0)
+    code, body, _ = _refused(core, "p", ns=ns)
     assert code == 500
     assert body == {
         "kind": "Status",
@@ -280,34 +290,4 @@ def test_two_budgets_for_one_pod_are_a_server_error(core: Client, policy: Client
         "which the eviction subresource does not support.",
         "code": 500,
     }
-    assert not _terminating(core, "p")
-
-
-@pytest.fixture
-def no_controller() -> Iterator[tuple[FakeKubeServer, Client, Client]]:
-    with FakeKubeServer(disruption_controller=False) as srv, srv.api_client() as api:
-        yield srv, kubernetes.client.CoreV1Api(api), kubernetes.client.PolicyV1Api(api)
-
-
-def test_without_the_controller_evictions_read_the_stored_status(
-    no_controller: tuple[FakeKubeServer, Client, Client],
-) -> None:
-    _, core, policy = no_controller
-    _pod(core, "a")
-    _pod(core, "b")
-    _pdb(policy, "web", minAvailable=1)
-    assert _refused(core, "a")[1]["details"]["retryAfterSeconds"] == 10  # status never observed
-    status = {
-        "observedGeneration": 1,
-        "disruptionsAllowed": 1,
-        "currentHealthy": 2,
-        "desiredHealthy": 1,
-        "expectedPods": 2,
-    }
-    policy.patch_namespaced_pod_disruption_budget_status("web", "default", {"status": status})
-    assert _evict(core, "a").status == 201
-    after = policy.read_namespaced_pod_disruption_budget_status("web", "default").status
-    assert after.disruptions_allowed == 0
-    assert list(after.disrupted_pods) == ["a"]
-    assert (after.conditions[0].status, after.conditions[0].reason) == ("False", "InsufficientPods")
-    assert _refused(core, "b")[0] == 429
+    assert not _terminating(core, "p", ns)

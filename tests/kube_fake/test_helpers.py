@@ -1,4 +1,7 @@
-"""Behaviour 10: fault injection, request log, direct store access, waits, kubeconfig, transport."""
+"""Behaviour 10: fault injection, request log, direct store access, waits, kubeconfig, transport.
+
+Fake only: these are the fake's own test helpers, which a real server does not have.
+"""
 
 from __future__ import annotations
 

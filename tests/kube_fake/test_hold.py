@@ -1,4 +1,7 @@
-"""hold_next: a request parked between two writes of a client, so a test can act exactly there."""
+"""hold_next: a request parked between two writes of a client, so a test can act exactly there.
+
+Fake only: fault injection.
+"""
 
 from __future__ import annotations
 

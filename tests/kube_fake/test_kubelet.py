@@ -1,4 +1,7 @@
-"""Behaviour 11: the optional simulated kubelet."""
+"""Behaviour 11: the optional simulated kubelet.
+
+Fake only: no kubelet runs in the real test bed (tests/kube_real/kubelet.py plays one there).
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Behaviour 12: ``python -m tests.kube_fake`` serves until SIGTERM."""
+"""Behaviour 12: ``python -m tests.kube_fake`` serves until SIGTERM (the fake's own runner)."""
 
 from __future__ import annotations
 

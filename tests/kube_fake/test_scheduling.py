@@ -5,6 +5,8 @@ By default as Kubernetes 1.36 serves them (v1alpha2): the installed client
 CustomObjectsApi, as any client of v1alpha2 must. After
 ``serve_scheduling_versions``, as Kubernetes 1.37 serves them (v1beta1 and/or
 v1alpha3, one schema), read and written with the client's typed models.
+
+Fake only: the real test bed's Kubernetes 1.28 serves none of these versions.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Behaviour 12: the taint-eviction controller deletes pods from NoExecute-tainted nodes."""
+"""Behaviour 12: the taint-eviction controller deletes pods from NoExecute-tainted nodes.
+
+Fake only: the controller is the fake's (the real test bed runs no controller-manager).
+"""
 
 from __future__ import annotations
 

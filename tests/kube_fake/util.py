@@ -16,6 +16,11 @@ def now_rfc3339(offset_seconds: float = 0.0) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def rfc3339(timestamp: float) -> str:
+    """A POSIX timestamp in the format of metav1.Time."""
+    return dt.datetime.fromtimestamp(timestamp, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def parse_rfc3339(value: str) -> float:
     return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 

@@ -110,6 +110,47 @@ def prepare_pod_create(rt: ResourceType, obj: JSON) -> None:
     obj["status"] = {"phase": "Pending", "qosClass": qos_class(spec)}
 
 
+# metav1.MicroTime fields, which the server decodes with a fixed layout: six fractional
+# digits, always. (metav1.Time fields take any RFC 3339 time and are not checked.)
+MICRO_TIME_FIELDS: dict[tuple[str, str], tuple[tuple[str, ...], ...]] = {
+    ("coordination.k8s.io", "leases"): (("spec", "acquireTime"), ("spec", "renewTime")),
+    ("events.k8s.io", "events"): (("eventTime",), ("series", "lastObservedTime")),
+    ("", "events"): (("eventTime",), ("series", "lastObservedTime")),
+}
+_MICRO_TIME_LAYOUT = "2006-01-02T15:04:05.000000Z07:00"
+_MICRO_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}(Z|[+-]\d\d:\d\d)")
+_SECONDS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d")
+
+
+def check_micro_times(rt: ResourceType, obj: JSON) -> None:
+    """A MicroTime the server cannot parse fails decoding of the whole body (400)."""
+    for path in MICRO_TIME_FIELDS.get(rt.key, ()):
+        value: Any = obj
+        for part in path:
+            value = value.get(part) if isinstance(value, dict) else None
+        if value is None or (isinstance(value, str) and _MICRO_TIME.fullmatch(value)):
+            continue
+        text = str(value)
+        # Go's time.Parse names the first element that did not match (approximated past the seconds).
+        seconds = _SECONDS.match(text)
+        rest, element = (text[seconds.end() :], ".000000") if seconds else (text, "2006")
+        version = rt.api_version.rsplit("/", 1)[-1]
+        raise errors.bad_request(
+            f'{rt.kind} in version "{version}" cannot be handled as a {rt.kind}: parsing time "{text}" as '
+            f'"{_MICRO_TIME_LAYOUT}": cannot parse "{rest}" as "{element}"'
+        )
+
+
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+
+
+def label_namespace(rt: ResourceType, obj: JSON) -> None:
+    """The namespace strategy labels every namespace with its name (on create and update)."""
+    if rt.key == ("", "namespaces"):
+        metadata = obj.setdefault("metadata", {})
+        metadata["labels"] = {**(metadata.get("labels") or {}), NAMESPACE_NAME_LABEL: metadata.get("name")}
+
+
 def prepare_create(rt: ResourceType, obj: JSON) -> None:
     if rt.reset_status_on_create and rt.status_subresource:
         obj.pop("status", None)
@@ -120,6 +161,7 @@ def prepare_create(rt: ResourceType, obj: JSON) -> None:
     elif rt.key == ("", "namespaces"):
         obj.setdefault("spec", {"finalizers": ["kubernetes"]})
         obj["status"] = {"phase": "Active"}
+        label_namespace(rt, obj)
     elif rt.key == ("policy", "poddisruptionbudgets"):
         # PrepareForCreate resets status to the zero struct (its counts are not omitempty).
         obj["status"] = {"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0, "expectedPods": 0}

@@ -28,13 +28,20 @@ def encode(event_type: str, obj: JSON) -> bytes:
 
 
 def parse_rv(value: str | None) -> int | None:
-    """None for "start from current state" (unset/""/"0"); 400 if not an integer."""
+    """None for "start from current state" (unset/""/"0").
+
+    Not an unsigned integer: the storage layer's invalid-value error, which the
+    real server answers as an unexpected error (500, a Status without reason).
+    """
     if value in (None, "", "0"):
         return None
-    try:
-        return int(str(value))
-    except ValueError as exc:
-        raise errors.bad_request(f'invalid resource version: "{value}"') from exc
+    text = str(value)
+    if not text.isascii() or not text.isdigit() or int(text) >= 2**64:
+        problem = "value out of range" if text.isascii() and text.isdigit() else "invalid syntax"
+        raise errors.unexpected(
+            f'resourceVersion: Invalid value: "{text}": strconv.ParseUint: parsing "{text}": {problem}'
+        )
+    return int(text)
 
 
 class WatchStream:

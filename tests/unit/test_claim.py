@@ -59,7 +59,8 @@ async def test_a_pod_is_claimed_once_however_often_the_step_runs(
     assert first is not None
     assert again is not None
     meta = stored(kube)["metadata"]
-    assert meta["finalizers"] == ["someone/else", keys.FINALIZER]  # added once, beside the other
+    # Added once, beside the other: kube-apiserver's strategic merge puts the patch's items first.
+    assert meta["finalizers"] == [keys.FINALIZER, "someone/else"]
     assert meta["annotations"][keys.ANNOTATION_PLACEMENT] == PLACEMENT
     assert again["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]  # no second write
 

@@ -96,6 +96,8 @@ async def test_lists_then_watches_what_the_selectors_match(kube: FakeKubeServer,
         kube.update_object("pods", "new", lambda p: p["metadata"]["labels"].update(tier="a"), "default")
         assert await seen.next_event() == ("MODIFIED", "new")
         kube.delete_object("pods", "mine", "default")
+        # A pod's deletion is graceful even unbound: the deletion timestamp first, then the removal.
+        assert await seen.next_event() == ("MODIFIED", "mine")
         assert await seen.next_event() == ("DELETED", "mine")
 
     selectors = {"labelSelector": "app=x", "fieldSelector": "spec.schedulerName=slurm"}

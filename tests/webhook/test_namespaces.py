@@ -143,7 +143,8 @@ async def test_the_cache_survives_api_errors(kube: FakeKubeServer) -> None:
     await cache.start()
     try:
         await asyncio.wait_for(cache.synced.wait(), 5)
-        assert cache.labels["hpc"] == {"slurm-bridge": "managed"}
+        # The API server labels every namespace with its own name.
+        assert cache.labels["hpc"] == {"slurm-bridge": "managed", "kubernetes.io/metadata.name": "hpc"}
     finally:
         await cache.stop()
         await cache.kube.close()
