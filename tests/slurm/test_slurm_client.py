@@ -439,6 +439,7 @@ async def test_ping(slurm_client: SlurmClient) -> None:
     assert controller.primary is True
 
 
+@pytest.mark.exclusive  # stops slurmctld, which every other test uses
 async def test_slurmctld_down_is_unavailable(
     slurm_bed: SlurmTestBed, slurm_client: SlurmClient, slurm_partition: MakePartition
 ) -> None:
