@@ -3,9 +3,10 @@
 Used by the CI test (tests/e2e/test_kill_points.py: every kill point once, for a pod and a
 group) and the on-demand soak (bench/soak.py: many placements, random kill points).
 
-Every kill lands on an observed side effect, never after a sleep: the fake API server parks
-the worker's next request of the step (`FakeKubeServer.hold_next`), the test sees the side
-effect (in the fake's store, or in Slurm through scontrol: never through the product's client),
+Every kill lands on an observed side effect, never after a sleep: the Kubernetes side parks
+the worker's next request of the step (`FakeKubeServer.hold_next`, or in front of the real API
+server tests/kube_real/proxy.py's `HoldingProxy`), the test sees the side effect (in Kubernetes,
+or in Slurm through scontrol: never through the product's client),
 kills the worker while the request is parked, then drops the request. So the kill falls exactly
 between two side effects of the placement:
 
@@ -27,17 +28,26 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 from bridge import grouping, keys
 from tests.e2e.harness import bed_settings, settings_env
-from tests.kube_fake import FakeKubeServer, Hold
+from tests.kube_backend import KubeBackend
+from tests.kube_fake import Hold
 from tests.slurm_bed import BedJob, SlurmTestBed
 
 Pod = dict[str, Any]
 SIDE_EFFECT_TIMEOUT = 60.0  # a step that does not happen at all within this is a failure
 RECOVERY_TIMEOUT = 40.0  # under the 60 s attempt timeout: a takeover must not wait for it
 SLURM_POLL = 0.1  # Slurm tells nobody when a job appears or ends: ask scontrol this often
+
+
+class HoldingKube(KubeBackend, Protocol):
+    """A Kubernetes that can park a request: the fake, or the real one behind a HoldingProxy."""
+
+    def hold_next(self, method: str, path_regex: str, *, body: str | None = None, applied: bool) -> Hold: ...
+
+    def disarm(self, hold: Hold) -> None: ...
 
 
 class KillPoint(enum.Enum):
@@ -57,7 +67,7 @@ class Kind(enum.Enum):
 class KillBed:
     """What a run needs: the fake API server, Slurm, the test's partition and the worker's environment."""
 
-    kube: FakeKubeServer
+    kube: HoldingKube
     slurm: SlurmTestBed
     partition: str
     env: dict[str, str]
@@ -240,7 +250,7 @@ def create_placement(bed: KillBed, kind: Kind, name: str) -> tuple[str, list[str
     return f"{prefix}/podgroup/{name}/{group['metadata']['uid']}", names
 
 
-def arm(kube: FakeKubeServer, namespace: str, point: KillPoint) -> Hold:
+def arm(kube: HoldingKube, namespace: str, point: KillPoint) -> Hold:
     """Park the request of the step the kill point follows (see the table above)."""
     pods = rf"/namespaces/{namespace}/pods/[^/]+"
     if point is KillPoint.BEFORE_SUBMIT:
@@ -264,14 +274,14 @@ async def until_slurm(check: Callable[[], object], what: str, timeout: float = S
         await asyncio.sleep(SLURM_POLL)
 
 
-async def until_kube(kube: FakeKubeServer, check: Callable[[], object], what: str, timeout: float) -> None:
+async def until_kube(kube: HoldingKube, check: Callable[[], object], what: str, timeout: float) -> None:
     try:
         await kube.wait_for_async(check, timeout)
     except TimeoutError:
         raise TimeoutError(f"never: {what}") from None
 
 
-def pod(kube: FakeKubeServer, namespace: str, name: str) -> Pod:
+def pod(kube: HoldingKube, namespace: str, name: str) -> Pod:
     return kube.get_object("pods", name, namespace) or {}
 
 

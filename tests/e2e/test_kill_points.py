@@ -20,22 +20,34 @@ from temporalio.service import RPCError
 from activities.sweep import SweepResult
 from bridge import keys
 from bridge.models import admin_comment_for
+from tests.e2e.conftest import ON_REAL_KUBE
 from tests.e2e.harness import bed_client, run_scheduled
-from tests.e2e.kill_points import KillBed, KillPoint, Kind, place_with_kill, worker_env
+from tests.e2e.kill_points import HoldingKube, KillBed, KillPoint, Kind, place_with_kill, worker_env
 from tests.kube_fake import FakeKubeServer
+from tests.kube_real.proxy import ProxiedCluster
 from tests.slurm.test_slurm_client import external_job
 from tests.slurm_bed import SlurmTestBed
 from worker.schedules import sweep_schedule_id
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, ON_REAL_KUBE]
 
 
 @pytest.fixture
 async def kill_bed(
-    temporal_client: Client, slurm_bed: SlurmTestBed, tmp_path: Path, task_queue: str
+    temporal_client: Client,
+    slurm_bed: SlurmTestBed,
+    tmp_path: Path,
+    task_queue: str,
+    kube_backend: str,
+    request: pytest.FixtureRequest,
 ) -> AsyncIterator[KillBed]:
     partition = slurm_bed.make_partition(nodes=2, cpus=2)
-    kube = FakeKubeServer().start()
+    kube: HoldingKube
+    if kube_backend == "real":
+        # The real API server, through a proxy that parks the step's request.
+        kube = ProxiedCluster(request.getfixturevalue("real_apiserver"), partition.name)
+    else:
+        kube = FakeKubeServer().start()
     for name in partition.node_names:
         kube.create_node(name, cpu="2", memory="8000Mi", labels={keys.LABEL_EXTERNAL_NODE: "true"})
     env = worker_env(
