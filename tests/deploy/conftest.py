@@ -1,13 +1,17 @@
-"""The chart installed on the real API server (tests/kube_real), for the tests that need it.
+"""The chart installed on the real API server (tests/kube_real), and the image built once.
 
 Session-wide, as the API server is: the chart's accounts and RBAC are cluster-scoped in part
-(ClusterRoles and their bindings), and installing them again would change nothing.
+(ClusterRoles and their bindings), and installing them again would change nothing. The image
+(hack/image.sh build) is built once per session too; its size, layers and build time are
+printed at the end of the run.
 """
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
+from tests.deploy import image
 from tests.deploy.chart import NAMESPACE, manifests
 from tests.deploy.real_chart import ChartIdentity, install_identity
 from tests.kube_real.apiserver import ApiServer
@@ -28,3 +32,64 @@ def release_namespace(real_apiserver: ApiServer) -> Iterator[RealCluster]:
 def chart_identity(release_namespace: RealCluster) -> ChartIdentity:
     """The chart's ServiceAccounts, Roles, ClusterRoles and bindings (default values), applied."""
     return install_identity(release_namespace, manifests())
+
+
+# Lines for the end of the run: the image's figures, or why its tests were skipped (once).
+_image_lines: list[str] = []
+
+
+@pytest.fixture(scope="session")
+def built_image() -> Iterator[image.BuiltImage]:
+    """The image, built by hack/image.sh from the working tree (base and dependency layers cached);
+    its archives are written in the background meanwhile (`image_archives`)."""
+    reason = image.unavailable()
+    if reason:
+        if not _image_lines:
+            _image_lines.append(f"NOTICE: the image tests were skipped: {reason}")
+        pytest.skip(reason)
+    try:
+        built = image.build()
+    except image.ImageBuildError as error:
+        pytest.fail(str(error), pytrace=False)
+    _image_lines.append(
+        f"image {built.reference}: {built.size_bytes / 1e6:.0f} MB unpacked, {built.layers} layers; "
+        f"hack/image.sh build took {built.build_seconds:.0f} s"
+    )
+    _exports.append(image.start_archives())
+    try:
+        yield built
+    finally:
+        _exports.pop().stop()
+
+
+_exports: list[image.ArchiveExport] = []
+
+
+@pytest.fixture(scope="session")
+def image_archives(built_image: image.BuiltImage) -> image.Archives:
+    try:
+        archives = _exports[-1].result()
+    except image.ImageBuildError as error:
+        pytest.fail(str(error), pytrace=False)
+    _image_lines.append(
+        f"image archives: OCI {archives.oci.stat().st_size / 1e6:.0f} MB, docker "
+        f"{archives.docker.stat().st_size / 1e6:.0f} MB, ready {archives.seconds:.0f} s after the build"
+    )
+    return archives
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for line in dict.fromkeys(_image_lines):
+        terminalreporter.write_line(line, yellow=line.startswith("NOTICE"))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # Under pytest-xdist the fixture runs in a worker: hand the lines to the controller.
+    workeroutput: dict[str, Any] | None = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["image_lines"] = list(_image_lines)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    _image_lines.extend(getattr(node, "workeroutput", {}).get("image_lines", []))

@@ -7,13 +7,14 @@ wheel (`--builtin-schema vendor.compose-spec`): nothing is downloaded.
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import AliasChoices
 
-from tests.deploy.chart import ROOT
+from tests.deploy.chart import CHART, ROOT, manifests
 from webhook.settings import WebhookSettings
 from worker.settings import WorkerSettings
 
@@ -79,6 +80,29 @@ def test_worker_and_webhook_are_built_from_the_dockerfile() -> None:
         assert service["read_only"] is True
         assert service["cap_drop"] == ["ALL"]
     assert services["webhook"]["profiles"] == ["webhook"]
+
+
+def test_bridge_image_is_the_one_the_chart_deploys_and_the_build_tags() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    image = yaml.safe_load((CHART / "values.yaml").read_text())["image"]
+    # hack/image.sh tags the image and names its archives slurm-bridge:<appVersion>; the
+    # package's own version is the same release.
+    reference = f"{image['repository']}:{image['tag'] or chart['appVersion']}"
+    assert reference == f"slurm-bridge:{chart['appVersion']}"
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert pyproject["project"]["version"] == chart["appVersion"]
+    services = load()["services"]
+    assert services["worker"]["image"] == services["webhook"]["image"] == reference
+    deployed = {
+        container["image"]
+        for document in manifests()
+        if document["kind"] == "Deployment"
+        for container in document["spec"]["template"]["spec"]["containers"]
+    }
+    assert deployed == {reference}
+    # Compose runs it as the image's own user unless told otherwise.
+    dockerfile_user = re.findall(r"^USER (\S+)$", (ROOT / "Dockerfile").read_text(), re.M)[-1]
+    assert services["worker"]["user"] == f"${{SLURM_BRIDGE_USER:-{dockerfile_user}}}"
 
 
 def _env_names(settings: type[Any]) -> set[str]:

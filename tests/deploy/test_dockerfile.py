@@ -5,9 +5,11 @@ And the local Slurm image (hack/slurm) in step with hack/slurm-sid.sh, which the
 
 import re
 import subprocess
+import tomllib
 from pathlib import Path
 
 from tests.deploy.chart import ROOT
+from tests.deploy.image import DEBIAN_SUITES
 
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
 SLURM_DIR = ROOT / "hack" / "slurm"
@@ -27,20 +29,45 @@ def instructions(text: str) -> list[tuple[str, str]]:
 
 
 def base_images(text: str) -> list[str]:
+    """The images the FROM lines name, build args resolved; earlier stages (FROM base) left out."""
     args = dict(a.split("=", 1) for word, a in instructions(text) if word == "ARG" and "=" in a)
     images = []
+    stages = set()
     for word, rest in instructions(text):
         if word == "FROM":
-            image = rest.split()[0]
-            images.append(re.sub(r"\$\{(\w+)\}", lambda m: args[m.group(1)], image))
+            image, *alias = rest.split()
+            if image not in stages:
+                images.append(re.sub(r"\$\{(\w+)\}", lambda m: args[m.group(1)], image))
+            if alias[:1] == ["AS"] or alias[:1] == ["as"]:
+                stages.add(alias[1])
     return images
 
 
-def test_base_image_is_pinned_to_a_python_3_11_patch_release() -> None:
+def test_base_is_a_dated_debian_slim_whose_python_the_project_is_tested_on() -> None:
     images = base_images(DOCKERFILE)
-    assert images
-    assert all(i == images[0] for i in images), images
-    assert re.fullmatch(r"python:3\.11\.\d+-slim(-\w+)?", images[0]), images[0]
+    assert len(images) == 1, f"one base for every stage, got {images}"
+    match = re.fullmatch(r"debian:([a-z]+)-\d{8}-slim", images[0])
+    assert match, f"{images[0]}: pin a dated Debian slim build, e.g. debian:bookworm-20251229-slim"
+    # Debian's python3 of that suite must be the Python the project is tested and type-checked on
+    # (tests/deploy/test_image.py checks the built image against the same table).
+    python, _ = DEBIAN_SUITES[match.group(1)]
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert pyproject["tool"]["mypy"]["python_version"] == python
+    assert pyproject["tool"]["ruff"]["target-version"] == "py" + python.replace(".", "")
+    assert pyproject["project"]["requires-python"] == f">={python}"
+    # Python comes from Debian's archive, in both the build and the runtime stages.
+    installs = [
+        rest for word, rest in instructions(DOCKERFILE) if word == "RUN" and "apt-get install" in rest
+    ]
+    assert any(re.search(r"\bpython3\b", run) for run in installs), installs
+
+
+def test_image_script_is_valid_bash_and_reads_the_base_from_the_dockerfile() -> None:
+    script = ROOT / "hack" / "image.sh"
+    assert script.stat().st_mode & 0o111
+    subprocess.run(["bash", "-n", str(script)], check=True, timeout=30)
+    # The local base stands for the Dockerfile's: the script takes its name from the ARG.
+    assert "ARG DEBIAN_IMAGE=" in script.read_text()
 
 
 def test_runtime_stage_runs_as_a_numeric_non_root_user() -> None:
