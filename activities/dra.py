@@ -23,6 +23,7 @@ from activities.kube_client import (
     api_path,
 )
 from activities.slurm_client import SlurmClient
+from bridge.device_classes import DEFAULT_DEVICE_CLASSES, DeviceClasses
 from bridge.dra import (
     EXTENDED_RESOURCE_CLAIM,
     RESOURCE_GROUP,
@@ -57,9 +58,13 @@ class Pinned:
 
 
 class DeviceClaims:
-    def __init__(self, kube: KubeClient, slurm: SlurmClient) -> None:
+    def __init__(
+        self, kube: KubeClient, slurm: SlurmClient, honoured: DeviceClasses = DEFAULT_DEVICE_CLASSES
+    ) -> None:
         self.kube = kube
         self.slurm = slurm
+        # DRA_DEVICE_CLASSES: which GRES (or the cores) each class's devices are pinned to.
+        self.honoured = honoured
 
     async def pin_all(
         self, pods: Sequence[tuple[PodRef, Json]], job_id: int, slurm_nodes: list[str], nodes: list[str]
@@ -72,7 +77,7 @@ class DeviceClaims:
         wanted = [
             (ref, pod, requests, slurm_node, node)
             for (ref, pod), slurm_node, node in zip(pods, slurm_nodes, nodes, strict=True)
-            if (requests := device_requests(pod))
+            if (requests := device_requests(pod, self.honoured))
         ]
         if not wanted:
             return []

@@ -1,4 +1,4 @@
-"""Kubernetes side effects of a placement, as Temporal activities.
+"""Kubernetes side effects of a placement, for its activities (activities/placement.py).
 
 Every write is idempotent (a retried or replayed activity changes nothing the
 second time) and checks the pod's UID, so a pod deleted and re-created under
@@ -24,8 +24,6 @@ from activities.kube_client import (
     api_path,
 )
 from activities.kube_reader import KubeReader
-from activities.node_source import NODE_NOT_FOUND as NODE_NOT_FOUND  # the v1 workflow's import
-from activities.node_source import ListedNodes, kubernetes_node_names
 from bridge import grouping, keys
 from bridge.models import JobDescription, PlacementRequest, PodRef
 from bridge.policy import PolicyFile
@@ -37,9 +35,8 @@ log = activity.logger
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
 UNPROCESSABLE = 422  # Invalid: what kube-apiserver answers a write that fails validation
 
-# ApplicationError types the workflow's retry policies treat as final.
+# ApplicationError types that fail a placement for good.
 INVALID_POD = "InvalidPod"
-POD_GONE = "PodGone"
 BOUND_ELSEWHERE = "BoundElsewhere"
 
 
@@ -113,16 +110,6 @@ class KubeActivities:
 
     # -- finalizer ---------------------------------------------------------
 
-    @activity.defn(name="add_finalizer")
-    async def add_finalizer(self, pods: list[PodRef]) -> list[PodRef]:
-        """Protect the pods from vanishing while a Slurm job exists for them; returns the pods still there."""
-        present = []
-        for ref in pods:
-            if await self._add_finalizer(ref):
-                present.append(ref)
-        return present
-
-    @activity.defn(name="remove_finalizer")
     async def remove_finalizer(self, pods: list[PodRef]) -> None:
         # A strategic merge patch takes the one entry out of the list on the server, so it
         # needs neither a read nor a resourceVersion: nobody else's finalizer can be lost,
@@ -131,43 +118,7 @@ class KubeActivities:
         for ref in pods:
             await self.patch_if_present(ref, drop, strategic=True)
 
-    async def _add_finalizer(self, ref: PodRef) -> bool:
-        pod = await self.read_pod(ref)
-        if pod is None:
-            return False
-        meta = pod["metadata"]
-        finalizers: list[str] = list(meta.get("finalizers") or [])
-        if meta.get("deletionTimestamp"):
-            return False  # being deleted: nothing to place, and new finalizers are refused
-        if keys.FINALIZER in finalizers:
-            return True
-        # resourceVersion makes this a compare-and-swap: the pod is placed only as it was
-        # read (not deleted or finished meanwhile); a concurrent edit gives 409 and the
-        # activity retries with a fresh read.
-        patch = {
-            "metadata": {
-                "finalizers": [*finalizers, keys.FINALIZER],
-                "resourceVersion": meta["resourceVersion"],
-            }
-        }
-        try:
-            await self._patch_pod(ref, patch)
-        except KubeNotFound:
-            return False
-        return True
-
     # -- translation -------------------------------------------------------
-
-    @activity.defn(name="translate")
-    async def translate(self, request: PlacementRequest) -> JobDescription:
-        """Read the group's pods and owners and build the Slurm job that represents them."""
-        pods = []
-        for ref in request.pods:
-            pod = await self.read_pod(ref)
-            if pod is None:
-                raise ApplicationError(f"pod {ref.key} is gone", type=POD_GONE, non_retryable=True)
-            pods.append(pod)
-        return await self.build_job(request, pods)
 
     async def build_job(
         self,
@@ -196,79 +147,25 @@ class KubeActivities:
         except (TranslationError, grouping.GroupError) as error:
             raise ApplicationError(str(error), type=INVALID_POD, non_retryable=True) from error
 
-    # -- labels, binding ---------------------------------------------------
-
-    @activity.defn(name="label_job_id")
-    async def label_job_id(self, pods: list[PodRef], job_id: int) -> None:
-        for ref in pods:
-            if not await self.patch_if_present(
-                ref, {"metadata": {"labels": {keys.LABEL_SLURM_JOB_ID: str(job_id)}}}
-            ):
-                log.info("pod %s gone before it could be labelled with job %s", ref.key, job_id)
-
-    @activity.defn(name="resolve_nodes")
-    async def resolve_nodes(self, slurm_nodes: list[str]) -> list[str]:
-        """Kubernetes node names for Slurm node names: the slurm-nodename label, else the same name."""
-        nodes = ListedNodes(self.kube, self.settings.scheduler_name)
-        return await kubernetes_node_names(self.kube, nodes, slurm_nodes)
-
-    @activity.defn(name="bind_pods")
-    async def bind_pods(self, pods: list[PodRef], nodes: list[str]) -> list[PodRef]:
-        """Bind pod i to node i; returns the pods that were still there to bind."""
-        bound = []
-        for ref, node in zip(pods, nodes, strict=True):
-            if await self._bind(ref, node):
-                bound.append(ref)
-        return bound
-
-    async def _bind(self, ref: PodRef, node: str) -> bool:
-        pod = await self.read_pod(ref)
-        if pod is None or pod["metadata"].get("deletionTimestamp"):
-            return False
-        current = pod.get("spec", {}).get("nodeName")
-        if current:
-            if current == node:
-                return True  # an earlier attempt got there
-            raise ApplicationError(
-                f"pod {ref.key} is already bound to {current}, not to the allocated node {node}",
-                type=BOUND_ELSEWHERE,
-                non_retryable=True,
-            )
-        await self._patch_pod(ref, {"metadata": {"annotations": {keys.ANNOTATION_SLURM_NODE: node}}})
-        binding = {
-            "apiVersion": "v1",
-            "kind": "Binding",
-            "metadata": {"name": ref.name, "namespace": ref.namespace, "uid": ref.uid},
-            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
-        }
-        try:
-            await self.kube.request(
-                "POST",
-                api_path("pods", namespace=ref.namespace, name=ref.name, subresource="binding"),
-                body=binding,
-            )
-        except KubeConflict:
-            # Bound meanwhile (a retried attempt, or another replica): accept only our node.
-            return await self._bind(ref, node)
-        except KubeNotFound:
-            return False
-        return True
-
     # -- telling people ----------------------------------------------------
 
-    @activity.defn(name="record_event")
     async def record_event(
         self, pods: list[PodRef], reason: str, message: str, warning: bool = False
     ) -> None:
         for ref in pods:
             await self._event(ref, reason, message, warning)
 
-    async def _event(self, ref: PodRef, reason: str, message: str, warning: bool) -> None:
+    async def _event(
+        self, ref: PodRef, reason: str, message: str, warning: bool, *, name: str | None = None
+    ) -> None:
+        """Record an Event on the pod. With `name`, the Event is told at most once: an attempt
+        that repeats the step finds it there (409) and leaves it as it is."""
         stamp = now()
+        meta = {"name": name} if name else {"generateName": f"{ref.name}."}
         event: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"generateName": f"{ref.name}.", "namespace": ref.namespace},
+            "metadata": {**meta, "namespace": ref.namespace},
             "involvedObject": {
                 "apiVersion": "v1",
                 "kind": "Pod",
@@ -290,8 +187,11 @@ class KubeActivities:
             await self.kube.request("POST", api_path("events", namespace=ref.namespace), body=event)
         except KubeNotFound:
             log.info("namespace of %s gone; event %s dropped", ref.key, reason)
+        except KubeConflict:
+            if not name:
+                raise
+            log.info("pod %s was told %s already", ref.key, reason)
 
-    @activity.defn(name="set_unschedulable")
     async def set_unschedulable(self, pods: list[PodRef], reason: str, message: str) -> None:
         """PodScheduled=False with Slurm's reason: what `kubectl describe pod` and `kubectl get` show."""
         condition = {
@@ -306,28 +206,6 @@ class KubeActivities:
                 ref, {"status": {"conditions": [condition]}}, subresource="status"
             ):
                 log.info("pod %s gone; condition %s dropped", ref.key, reason)
-
-    # -- ending ------------------------------------------------------------
-
-    @activity.defn(name="delete_pods")
-    async def delete_pods(self, pods: list[PodRef], reason: str, message: str) -> None:
-        """Delete the pods because their Slurm job ended, saying why on each."""
-        for ref in pods:
-            if await self.read_pod(ref) is None:
-                continue
-            await self._event(ref, reason, message, warning=True)
-            body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": ref.uid}}
-            try:
-                await self.kube.request(
-                    "DELETE", api_path("pods", namespace=ref.namespace, name=ref.name), body=body
-                )
-            except KubeNotFound:
-                continue
-            except KubeConflict:
-                # The uid precondition failed (a namesake: ours is gone), or a 409 for the
-                # pod itself, which must still go: a fresh read tells which.
-                if await self.read_pod(ref) is not None:
-                    raise
 
 
 def pod_refs(pods: Sequence[Json]) -> list[PodRef]:

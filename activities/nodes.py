@@ -27,6 +27,7 @@ from activities.kube_client import (
 from activities.node_source import unbound_bridge_pods
 from activities.slurm_client import ESLURM_NODES_BUSY, SlurmClient, SlurmNotFound, SlurmRejected
 from bridge import hostlist, keys
+from bridge.device_classes import DEFAULT_DEVICE_CLASSES, DeviceClasses
 from bridge.dra import RESOURCE_GROUP, dra_gpu_counts
 from bridge.node_actions import (
     DEFAULT_INSTALLATION,
@@ -87,11 +88,14 @@ class NodeActivities:
         *,
         scheduler_name: str,
         installation: str = DEFAULT_INSTALLATION,
+        honoured: DeviceClasses = DEFAULT_DEVICE_CLASSES,
     ) -> None:
         self.kube = kube
         self.slurm = slurm
         self.scheduler_name = scheduler_name
         self.installation = installation
+        # DRA_DEVICE_CLASSES: the devices of the classes Slurm counts as `gpu` are a node's GPUs.
+        self.gpu_drivers = honoured.gpu_drivers()
         self.instance = socket.gethostname()
 
     # -- reading -------------------------------------------------------------
@@ -114,7 +118,7 @@ class NodeActivities:
         )
 
     async def _dra_gpus(self) -> dict[str, int]:
-        """GPUs a DRA driver of a supported GPU class publishes per node (ResourceSlices)."""
+        """GPUs a DRA driver of an honoured GPU class publishes per node (ResourceSlices)."""
         try:
             listed = await self.kube.request("GET", api_path("resourceslices", group=RESOURCE_GROUP))
         except KubeNotFound:
@@ -122,7 +126,7 @@ class NodeActivities:
             # resource.k8s.io/v1 is not served (before Kubernetes 1.34 the API server answers
             # a text "404 page not found"), so no DRA devices. Any other read's 404 stays an error.
             return {}
-        return dra_gpu_counts(listed.get("items") or [])
+        return dra_gpu_counts(listed.get("items") or [], self.gpu_drivers)
 
     # -- applying ------------------------------------------------------------
 

@@ -17,6 +17,7 @@ whenever the attempt may follow an earlier one (docs/architecture.md).
 """
 
 import asyncio
+import hashlib
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -39,6 +40,7 @@ from activities.slurm import ENDED_STATES, SlurmActivities, job_event, placement
 from activities.slurm_client import SlurmNotFound, SlurmRejected
 from activities.slurm_health import SlurmHealth
 from bridge import hostlist, keys
+from bridge.device_classes import DEFAULT_DEVICE_CLASSES, DeviceClasses
 from bridge.feasibility import excluded_slurm_nodes, group_feasibility
 from bridge.models import (
     BindInput,
@@ -54,6 +56,7 @@ from bridge.models import (
 )
 from bridge.pod_events import job_annotations, job_id_label
 from bridge.resources import total_allocatable
+from bridge.translate import sizing_note
 from webhook.policy import managed_node_toleration, tolerates_managed_nodes
 
 # Temporal's activity logger: each line carries the workflow and activity ids.
@@ -61,6 +64,8 @@ log = activity.logger
 TOO_MANY_REQUESTS = 429  # what an eviction a PodDisruptionBudget forbids answers
 INVALID_NODE_NAME = 2018  # Slurm: "Invalid node name specified"
 CAS_ATTEMPTS = 5  # a pod edited by others this often in a row: let the activity retry later
+# Normal Event: the group's pods ask for different amounts and every node is sized by the largest.
+SIZED_BY_LARGEST_POD = "SizedByLargestPod"
 
 
 class PlacementActivities:
@@ -70,12 +75,14 @@ class PlacementActivities:
         slurm: SlurmActivities,
         nodes: NodeSource | None = None,
         slurm_health: SlurmHealth | None = None,
+        honoured: DeviceClasses = DEFAULT_DEVICE_CLASSES,
     ) -> None:
         self.kube = kube
         self.slurm = slurm
         # The worker's watched cache of the bridge's nodes; listed on each use without one.
         self.nodes = nodes or ListedNodes(kube.kube, kube.settings.scheduler_name)
-        self.claims = DeviceClaims(kube.kube, slurm.slurm)
+        # DRA_DEVICE_CLASSES: the claims name the GRES indexes or cores each class maps to.
+        self.claims = DeviceClaims(kube.kube, slurm.slurm, honoured)
         # The worker's Slurm-health gate: with it, a step that finds Slurm away fails at once
         # as SlurmUnavailable and its placement waits for the gate (activities/errors.py).
         self.slurm_health = slurm_health
@@ -127,13 +134,28 @@ class PlacementActivities:
         verb = "submitted" if submitted.created else "adopted (it already existed)"
         label = {"metadata": {"labels": {keys.LABEL_SLURM_JOB_ID: str(submitted.job_id)}}}
         message = f"Slurm job {submitted.job_id} {verb} in partition {job.partition}"
+        # Where the pods ask for different amounts, each is told what it is given instead.
+        note = sizing_note(pods, job, f"Slurm job {submitted.job_id}")
+        notes = [
+            self.kube._event(
+                ref,
+                SIZED_BY_LARGEST_POD,
+                note,
+                False,
+                name=told_once(ref, given.placement_id, SIZED_BY_LARGEST_POD),
+            )
+            for ref in ordered
+            if note
+        ]
         # Nothing orders the labels, the Events and an adopted job's read: sent together,
         # the step takes one round trip instead of several (any failure fails the attempt,
         # and each of them is safe to repeat).
         read, _, _ = await asyncio.gather(
             self._adopted_job(submitted),
             asyncio.gather(*(self._patch(ref, label) for ref in ordered)),
-            asyncio.gather(*(self.kube._event(ref, "SlurmJobSubmitted", message, False) for ref in ordered)),
+            asyncio.gather(
+                *(self.kube._event(ref, "SlurmJobSubmitted", message, False) for ref in ordered), *notes
+            ),
         )
         return Prepared(
             submitted=True,
@@ -567,6 +589,14 @@ class PlacementActivities:
             self.tell_pods,
             self.report_slurm_unavailable,
         ]
+
+
+def told_once(ref: PodRef, placement_id: str, reason: str) -> str:
+    """The name of an Event told once per placement: the same on every attempt of its step, so a
+    repeated step finds it there; another placement (the group's next generation) tells again."""
+    digest = hashlib.sha256(f"{placement_id}/{ref.uid}/{reason}".encode()).hexdigest()[:16]
+    # An Event's name is a DNS subdomain of at most 253 characters, as a pod's is.
+    return f"{ref.name[:200].rstrip('.-')}.{digest}"
 
 
 def _key(pod: Json) -> str:

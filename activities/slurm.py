@@ -1,4 +1,4 @@
-"""Slurm side effects of a placement, as Temporal activities, around one SlurmClient."""
+"""Slurm side effects of a placement, around one SlurmClient, for its activities (activities/placement.py)."""
 
 from collections.abc import Mapping
 from typing import Any
@@ -70,27 +70,12 @@ class SlurmActivities:
         # find_job calls made by submit_once on a recovery path: each lists Slurm's jobs.
         self.recovery_listings = 0
 
-    @activity.defn(name="submit_job")
-    async def submit_job(self, job: JobDescription, placement_id: str, since: int) -> SubmitResult:
-        """Submit the external job, unless this placement submitted one already.
-
-        Retries, worker crashes and workflow resets all re-run this activity, so
-        it first looks for a live job carrying this placement's id (comment) and
-        pods (admin_comment). Only jobs changed since `since` (the placement's
-        start, in Unix seconds) are listed: this placement's job cannot be older.
-        """
-        job = job.model_copy(update={"comment": placement_id})
-        existing = await self.find_job(job, since)
-        if existing is not None:
-            return _adopted(job, existing)
-        return await self._submit(job)
-
     async def submit_once(
         self, job: JobDescription, placement_id: str, *, since: int, recovery: bool
     ) -> SubmitResult:
         """Submit the placement's external job once; look for an earlier one only when recovering.
 
-        Not an activity: the placement's combined activity calls it. `recovery`
+        The placement's `prepare_and_submit` activity calls it. `recovery`
         says whether a job of this placement may exist already: True for an
         activity attempt after the first, after a workflow reset, an operator
         retry, an adoption. Then, and only then, the live job carrying this
@@ -153,7 +138,6 @@ class SlurmActivities:
                 found.append(int(info["job_id"]))
         return found
 
-    @activity.defn(name="update_job")
     async def update_job(self, job_id: int, job: JobDescription) -> None:
         """Apply a new description to a pending job (the bare job_desc_msg, as slurmrestd wants)."""
         body = job.to_slurm()
@@ -168,14 +152,6 @@ class SlurmActivities:
                 f"Slurm refused the update: {error}", type=SLURM_REJECTED, non_retryable=True
             ) from error
 
-    @activity.defn(name="get_job")
-    async def get_job(self, job_id: int) -> JobEvent:
-        try:
-            return job_event(await self.slurm.get_job(job_id))
-        except SlurmNotFound:
-            return JobEvent(job_id=job_id, states=[], gone=True)
-
-    @activity.defn(name="cancel_job")
     async def cancel_job(self, job_id: int) -> None:
         """Cancel the job; a job that is already gone or over is fine.
 

@@ -17,10 +17,11 @@ facts only (unit-tested); `scan` gathers the facts, `heal` acts. Per case:
   and whose job is gone, ended (or cancelled just before, by this sweep) or was
   never submitted.
 
-Never touched: jobs the bridge did not make (no placement comment with a bridge
-admin_comment), jobs and pods of another installation (`installation_of`), jobs
-and pods of the old id format (no installation: they may be any bridge's), pods
-of other schedulers (not listed) and anything whose placement runs. Each action
+Never touched: jobs the bridge did not make (no placement id as comment, with a
+bridge admin_comment), jobs and pods of another installation (`installation_of`),
+pods without the placement annotation (the bridge claims every pod it places with
+it: such a pod is not this bridge's), pods of other schedulers (not listed) and
+anything whose placement runs. Each action
 reads again what it depends on right before acting, so a sweep that raced a
 worker does nothing.
 
@@ -256,7 +257,7 @@ def plan(
             continue
         if pod.claim is None:
             if pod.deleting:
-                skipped.append(f"pod {pod.pod.key}: no placement annotation (an older bridge's); left alone")
+                skipped.append(f"pod {pod.pod.key}: no placement annotation (not this bridge's); left alone")
             continue
         if running(pod.claim):
             continue
@@ -427,7 +428,7 @@ class SweepActivities:
     async def _visible_running(self, installation: str) -> set[str]:
         """Workflow ids of this installation's running placements, as visibility shows them (may lag)."""
         prefix = f"{PLACEMENT_ID_PREFIX}{installation}/"
-        query = f"{keys.workflow_types_clause()} AND ExecutionStatus = 'Running'"
+        query = f"{keys.PLACEMENT_TYPE_CLAUSE} AND ExecutionStatus = 'Running'"
         return {
             execution.id
             async for execution in self.temporal.list_workflows(query)

@@ -977,7 +977,7 @@ def report(r: Results) -> str:
         )
     add(f"  set-up      {setup}; job watch interval {o.watch_interval:g} s")
     add(
-        f"              one worker (Placement unsandboxed as in production, reference sandboxed; "
+        f"              one worker (placement unsandboxed as in production, reference sandboxed; "
         f"SDK defaults, {r.cache_size} cached workflows); "
         "dev server with in-memory SQLite;"
     )

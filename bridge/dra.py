@@ -1,9 +1,10 @@
 """DRA extended resources pinned to Slurm's allocation: which devices a pod's claim names.
 
 A pod may ask for devices by a DeviceClass's implicit extended-resource name,
-`deviceclass.resource.kubernetes.io/<class>` (KEP-5004): `dra.cpu` CPUs, or GPUs of a
-GPU driver's class (`gpu.nvidia.com`, `gpu.example.com`). Slurm, not Kubernetes,
-decides which CPUs and GPUs of the node the job holds (`GET /resources/{job_id}`),
+`deviceclass.resource.kubernetes.io/<class>` (KEP-5004), for the classes the operator
+has the bridge honour (`bridge.device_classes`, DRA_DEVICE_CLASSES): CPUs (`dra.cpu`),
+or a GRES such as GPUs (`gpu.nvidia.com`, `gpu.example.com`). Slurm, not Kubernetes,
+decides which CPUs and GRES of the node the job holds (`GET /resources/{job_id}`),
 so the bridge writes the ResourceClaim Kubernetes' scheduler would have written,
 with exactly those devices, before binding.
 
@@ -12,11 +13,12 @@ claim's requests and allocation results out. Anything that does not add up is a
 DeviceLayoutError whose message tells the user why the pod was not bound.
 
 The mapping convention (docs/dra.md):
-- the DeviceClass name is the driver name (true of the supported classes);
-- GPUs: Slurm's GRES index i (gres.conf File order) is the device of that driver on
-  the node whose attribute `index` is i;
+- the DeviceClass name is the driver name (true of the default classes);
+- GRES (GPUs): Slurm's GRES index i (gres.conf File order) is the device of that
+  driver on the node whose attribute `index` is i;
 - CPUs: Slurm's abstract core i (the node as node sync registers it: one socket, one
-  thread per core) is the i-th `dra.cpu` device of the node in ascending `cpuID`.
+  thread per core) is the i-th device of the CPU class's driver on the node in
+  ascending `cpuID`.
 """
 
 from collections.abc import Mapping, Sequence
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bridge import keys
+from bridge.device_classes import DEFAULT_DEVICE_CLASSES, GPU, DeviceClass, DeviceClasses, Gres
 from bridge.quantity import QuantityError, parse_quantity
 
 Json = dict[str, Any]
@@ -34,7 +37,6 @@ GPU_INDEX = "index"
 CPU_ID = "cpuID"
 # Bridge-internal field of node sync's node view (not a Kubernetes field): the node's DRA GPUs.
 DRA_GPUS = "draGpus"
-GPU_CLASSES = keys.SUPPORTED_DRA_CLASSES - {keys.DRA_CPU_CLASS}
 
 
 class DeviceLayoutError(ValueError):
@@ -50,10 +52,21 @@ class DeviceRequest:
     device_class: str
     request: str  # container-<i>-request-<j>
     count: int
+    # What the bridge makes of the class (DRA_DEVICE_CLASSES); None: not honoured.
+    honoured: DeviceClass | None = None
 
     @property
     def is_cpu(self) -> bool:
-        return self.device_class == keys.DRA_CPU_CLASS
+        return self.honoured is not None and self.honoured.is_cpu
+
+    @property
+    def gres(self) -> Gres | None:
+        return self.honoured.gres if self.honoured is not None else None
+
+    @property
+    def slurm(self) -> str:
+        """The job field that counts it (`cpus_per_task`, `tres_per_node gres/gpu`)."""
+        return self.honoured.slurm if self.honoured is not None else "not honoured"
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
@@ -83,8 +96,10 @@ def _whole(value: Any) -> int | None:
     return int(quantity) if quantity.denominator == 1 and quantity >= 0 else None
 
 
-def device_requests(pod: Mapping[str, Any]) -> list[DeviceRequest]:
-    """The pod's DRA extended-resource requests, in container order.
+def device_requests(
+    pod: Mapping[str, Any], honoured: DeviceClasses = DEFAULT_DEVICE_CLASSES
+) -> list[DeviceRequest]:
+    """The pod's DRA extended-resource requests, in container order, with what each becomes.
 
     Request names follow kube-scheduler's: `container-<i>-request-<j>`, i counting
     init containers first, j the resource's place among the container's requests
@@ -107,19 +122,34 @@ def device_requests(pod: Mapping[str, Any]) -> list[DeviceRequest]:
                     device_class=name.removeprefix(keys.DRA_RESOURCE_PREFIX),
                     request=f"container-{i}-request-{j}",
                     count=count,
+                    honoured=honoured.of_resource(name),
                 )
             )
     return found
 
 
-def _is_gpu(name: str) -> bool:
-    dra_gpu = (
-        name.startswith(keys.DRA_RESOURCE_PREFIX) and name != keys.DRA_RESOURCE_PREFIX + keys.DRA_CPU_CLASS
-    )
-    return name in keys.GPU_RESOURCES or dra_gpu
+def _one_name_per_gres(names: set[str], honoured: DeviceClasses) -> list[str]:
+    """Slurm counts a node's GRES of one name as one pool (`gres/gpu`): when a pod asks for it under
+    two resource names, one of them a DRA class, the claim could not tell whose devices are whose."""
+    by_gres: dict[str, list[str]] = {}
+    for name in sorted(names):
+        gres = honoured.gres_of(name)
+        if gres is not None:
+            by_gres.setdefault(gres.name, []).append(name)
+    problems = []
+    for gres_name, kinds in sorted(by_gres.items()):
+        if len(kinds) < 2 or not any(n.startswith(keys.DRA_RESOURCE_PREFIX) for n in kinds):
+            continue  # nvidia.com/gpu with amd.com/gpu: device plugins, no claim to pin
+        what = "GPUs" if gres_name == GPU else f"{gres_name} devices"
+        problems.append(
+            f"{what} are requested as {', '.join(kinds)}: Slurm counts a node's {what} as one "
+            f"gres/{gres_name}, so a pod may use one {'GPU' if gres_name == GPU else gres_name} "
+            "resource name only"
+        )
+    return problems
 
 
-def dra_problems(pod: Mapping[str, Any]) -> list[str]:
+def dra_problems(pod: Mapping[str, Any], honoured: DeviceClasses = DEFAULT_DEVICE_CLASSES) -> list[str]:
     """What the bridge cannot pin to Slurm's allocation: admission and translation refuse it."""
     problems = []
     for container in _containers(pod, "initContainers"):
@@ -135,12 +165,7 @@ def dra_problems(pod: Mapping[str, Any]) -> list[str]:
         for which in ("requests", "limits")
         for name in _resources(container, which)
     }
-    gpu_kinds = sorted(n for n in names if _is_gpu(n))
-    if len(gpu_kinds) > 1 and any(n.startswith(keys.DRA_RESOURCE_PREFIX) for n in gpu_kinds):
-        problems.append(
-            f"GPUs are requested as {', '.join(gpu_kinds)}: Slurm counts a node's GPUs as one gres/gpu, "
-            "so a pod may use one GPU resource name only"
-        )
+    problems += _one_name_per_gres(names, honoured)
     for container in _containers(pod, "containers"):
         for which in ("requests", "limits"):
             for name, value in _resources(container, which).items():
@@ -175,18 +200,22 @@ def expand_indexes(text: str) -> list[int]:
     return indexes
 
 
-def allocated_gpus(layout: Mapping[str, Any]) -> list[int]:
-    """GRES indexes of the GPUs Slurm allocated on this node, in order."""
+def _counted(gres: Gres) -> str:
+    return "GPU(s)" if gres.name == GPU else f"gres/{gres}"
+
+
+def allocated_gres(layout: Mapping[str, Any], wanted: Gres) -> list[int]:
+    """GRES indexes of what Slurm allocated on this node for `wanted` (say GPUs), in order."""
     indexes: list[int] = []
     for gres in layout.get("gres") or []:
-        if gres.get("name") != "gpu":
+        if not wanted.matches(gres.get("name"), gres.get("type")):
             continue
         index = gres.get("index")
         if not index:
             raise DeviceLayoutError(
-                f"Slurm allocated {gres.get('count')} GPU(s) on {layout.get('node')} without GRES indexes "
-                "(index: null); without them the bridge cannot tell which devices the pod may use: give the "
-                "node's GPUs device files in gres.conf (Name=gpu File=...)"
+                f"Slurm allocated {gres.get('count')} {_counted(wanted)} on {layout.get('node')} without "
+                "GRES indexes (index: null); without them the bridge cannot tell which devices the pod may "
+                f"use: give the node's {wanted.name} device files in gres.conf (Name={wanted.name} File=...)"
             )
         listed = expand_indexes(str(index))
         if len(listed) != int(gres.get("count") or 0):
@@ -257,22 +286,22 @@ def _gpus_by_index(devices: list[Device], driver: str, node: str) -> dict[int, D
     return by_index
 
 
-def _cpus_in_order(devices: list[Device], node: str) -> list[Device]:
+def _cpus_in_order(devices: list[Device], driver: str, node: str) -> list[Device]:
     with_id = [(d.attribute(CPU_ID), d) for d in devices]
     if any(not isinstance(cpu, int) for cpu, _ in with_id):
-        raise DeviceLayoutError(
-            f"a {keys.DRA_CPU_CLASS} device on node {node} has no integer attribute {CPU_ID}"
-        )
+        raise DeviceLayoutError(f"a {driver} device on node {node} has no integer attribute {CPU_ID}")
     return [d for _, d in sorted(with_id, key=lambda pair: pair[0])]
 
 
-def dra_gpu_counts(slices: Sequence[Mapping[str, Any]]) -> dict[str, int]:
-    """Per node, the devices drivers of the supported GPU classes publish for it."""
+def dra_gpu_counts(
+    slices: Sequence[Mapping[str, Any]], drivers: frozenset[str] = DEFAULT_DEVICE_CLASSES.gpu_drivers()
+) -> dict[str, int]:
+    """Per node, the devices the drivers of the honoured GPU classes publish for it."""
     counts: dict[str, int] = {}
     for item in slices:
         spec = item.get("spec") or {}
         node = spec.get("nodeName")
-        if spec.get("driver") in GPU_CLASSES and node:
+        if spec.get("driver") in drivers and node:
             counts[str(node)] = counts.get(str(node), 0) + len(spec.get("devices") or [])
     return counts
 
@@ -363,6 +392,74 @@ class PinnedClaim:
         return {"requestMappings": mappings, "resourceClaimName": claim_name}
 
 
+def _pin_gres(
+    gres: Gres,
+    requests: Sequence[DeviceRequest],
+    layout: Mapping[str, Any],
+    slices: Sequence[Mapping[str, Any]],
+    node: str,
+) -> list[PinnedRequest]:
+    """Slurm's indexes of this GRES, handed out request after request, each to its driver's devices."""
+    indexes = allocated_gres(layout, gres)
+    wanted = sum(r.count for r in requests)
+    if wanted > len(indexes):
+        raise DeviceLayoutError(
+            f"the pod asks for {wanted} {_counted(gres)} but Slurm allocated {len(indexes)} "
+            f"on {layout.get('node')}"
+        )
+    pinned = []
+    next_index = 0
+    for request in requests:
+        driver = request.device_class
+        by_index = _gpus_by_index(node_devices(slices, driver, node), driver, node)
+        chosen = indexes[next_index : next_index + request.count]
+        next_index += request.count
+        absent = [i for i in chosen if i not in by_index]
+        if absent:
+            raise DeviceLayoutError(
+                f"Slurm allocated {'GPU' if gres.name == GPU else 'gres/' + str(gres)} index "
+                f"{', '.join(map(str, absent))} on {layout.get('node')}, but no {driver} device of node "
+                f"{node} has attribute {GPU_INDEX} with that value in its ResourceSlices"
+            )
+        expression = f"device.attributes['{driver}'].{GPU_INDEX} in [{', '.join(map(str, chosen))}]"
+        pinned.append(PinnedRequest(request, [by_index[i] for i in chosen], expression))
+    return pinned
+
+
+def _pin_cpus(
+    requests: Sequence[DeviceRequest],
+    layout: Mapping[str, Any],
+    slices: Sequence[Mapping[str, Any]],
+    node: str,
+) -> list[PinnedRequest]:
+    """Slurm's cores, handed out request after request, each the CPU device of that core."""
+    cores = allocated_cores(layout)
+    # One CPU class per pod (bridge.resources.placement_problems): its driver's devices are the cores.
+    driver = requests[0].device_class
+    wanted = sum(r.count for r in requests)
+    if wanted > len(cores):
+        raise DeviceLayoutError(
+            f"the pod asks for {wanted} {driver} CPU(s) but Slurm allocated {len(cores)} "
+            f"core(s) on {layout.get('node')}"
+        )
+    in_order = _cpus_in_order(node_devices(slices, driver, node), driver, node)
+    node_cores = int(layout.get("sockets_per_node") or 1) * int(layout.get("cores_per_socket") or 0)
+    if len(in_order) != node_cores:
+        raise DeviceLayoutError(
+            f"node {node} publishes {len(in_order)} {driver} device(s) but Slurm's node "
+            f"{layout.get('node')} has {node_cores} core(s): the CPUs cannot be matched one to one"
+        )
+    pinned = []
+    next_core = 0
+    for request in requests:
+        taken = [in_order[c] for c in cores[next_core : next_core + request.count]]
+        next_core += request.count
+        ids = ", ".join(str(d.attribute(CPU_ID)) for d in taken)
+        expression = f"device.attributes['{driver}'].{CPU_ID} in [{ids}]"
+        pinned.append(PinnedRequest(request, taken, expression))
+    return pinned
+
+
 def pin(
     requests: Sequence[DeviceRequest],
     layout: Mapping[str, Any] | None,
@@ -371,7 +468,7 @@ def pin(
     node: str,
     classes: Sequence[str],
 ) -> PinnedClaim:
-    """The devices each request gets: Slurm's GPUs and cores on `node`, first come first served.
+    """The devices each request gets: Slurm's GRES and cores on `node`, first come first served.
 
     `layout` is the `/resources/{job_id}` entry of the pod's Slurm node; `classes`
     the DeviceClasses that exist. A pod asking less than the job holds (a group's
@@ -379,56 +476,22 @@ def pin(
     """
     if layout is None:
         raise DeviceLayoutError(f"Slurm reports no resource layout for the job on node {node}")
+    # Translation refuses classes the bridge does not honour; one may have been taken out of
+    # DRA_DEVICE_CLASSES while the job waited.
+    unknown = sorted({r.device_class for r in requests if r.honoured is None})
+    if unknown:
+        raise DeviceLayoutError(
+            f"DeviceClass {', '.join(unknown)} is not honoured by this bridge (DRA_DEVICE_CLASSES) any more"
+        )
     missing = sorted({r.device_class for r in requests} - set(classes))
     if missing:
         raise DeviceLayoutError(f"DeviceClass {', '.join(missing)} does not exist in the cluster")
-    gpus = [r for r in requests if not r.is_cpu]
-    cpus = [r for r in requests if r.is_cpu]
     pinned: list[PinnedRequest] = []
-    if gpus:
-        indexes = allocated_gpus(layout)
-        wanted = sum(r.count for r in gpus)
-        if wanted > len(indexes):
-            raise DeviceLayoutError(
-                f"the pod asks for {wanted} GPU(s) but Slurm allocated {len(indexes)} on {layout.get('node')}"
-            )
-        next_index = 0
-        for request in gpus:
-            driver = request.device_class
-            by_index = _gpus_by_index(node_devices(slices, driver, node), driver, node)
-            chosen = indexes[next_index : next_index + request.count]
-            next_index += request.count
-            absent = [i for i in chosen if i not in by_index]
-            if absent:
-                raise DeviceLayoutError(
-                    f"Slurm allocated GPU index {', '.join(map(str, absent))} on {layout.get('node')}, "
-                    f"but no {driver} device of node {node} has attribute {GPU_INDEX} with that value "
-                    "in its ResourceSlices"
-                )
-            expression = f"device.attributes['{driver}'].{GPU_INDEX} in [{', '.join(map(str, chosen))}]"
-            pinned.append(PinnedRequest(request, [by_index[i] for i in chosen], expression))
+    for gres in dict.fromkeys(r.gres for r in requests if r.gres is not None):
+        pinned += _pin_gres(gres, [r for r in requests if r.gres == gres], layout, slices, node)
+    cpus = [r for r in requests if r.is_cpu]
     if cpus:
-        cores = allocated_cores(layout)
-        wanted = sum(r.count for r in cpus)
-        if wanted > len(cores):
-            raise DeviceLayoutError(
-                f"the pod asks for {wanted} {keys.DRA_CPU_CLASS} CPU(s) but Slurm allocated {len(cores)} "
-                f"core(s) on {layout.get('node')}"
-            )
-        in_order = _cpus_in_order(node_devices(slices, keys.DRA_CPU_CLASS, node), node)
-        node_cores = int(layout.get("sockets_per_node") or 1) * int(layout.get("cores_per_socket") or 0)
-        if len(in_order) != node_cores:
-            raise DeviceLayoutError(
-                f"node {node} publishes {len(in_order)} {keys.DRA_CPU_CLASS} device(s) but Slurm's node "
-                f"{layout.get('node')} has {node_cores} core(s): the CPUs cannot be matched one to one"
-            )
-        next_core = 0
-        for request in cpus:
-            taken = [in_order[c] for c in cores[next_core : next_core + request.count]]
-            next_core += request.count
-            ids = ", ".join(str(d.attribute(CPU_ID)) for d in taken)
-            expression = f"device.attributes['{keys.DRA_CPU_CLASS}'].{CPU_ID} in [{ids}]"
-            pinned.append(PinnedRequest(request, taken, expression))
+        pinned += _pin_cpus(cpus, layout, slices, node)
     order = {r.request: i for i, r in enumerate(requests)}
     pinned.sort(key=lambda p: order[p.request.request])
     return PinnedClaim(node, pinned)

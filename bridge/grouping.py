@@ -113,6 +113,9 @@ SUPPORTED = {(k.group, k.kind): k for k in (JOB, JOBSET, LWS)}
 # Controllers the bridge may read for annotations; others end the owner walk.
 READABLE = {
     **SUPPORTED,
+    # A pod owns objects too: a LeaderWorkerSet's leader pod controls its group's worker
+    # StatefulSet, so a worker reaches its LeaderWorkerSet only through the leader pod.
+    ("", "Pod"): Kind("v1", "Pod", "pods"),
     ("apps", "ReplicaSet"): Kind("apps/v1", "ReplicaSet", "replicasets"),
     ("apps", "Deployment"): Kind("apps/v1", "Deployment", "deployments"),
     ("apps", "StatefulSet"): Kind("apps/v1", "StatefulSet", "statefulsets"),

@@ -37,8 +37,9 @@ ANNOTATION_TOPOLOGY_SPEC: Final = "topology.slinky.slurm.net/spec"
 # Extended resources that become `gres/gpu=N`.
 GPU_RESOURCES: Final = ("nvidia.com/gpu", "amd.com/gpu")
 DRA_RESOURCE_PREFIX: Final = "deviceclass.resource.kubernetes.io/"
+# The CPU DRA driver's class. Which classes the bridge honours, and what each becomes in
+# Slurm, is the operator's (DRA_DEVICE_CLASSES, bridge/device_classes.py).
 DRA_CPU_CLASS: Final = "dra.cpu"
-SUPPORTED_DRA_CLASSES: Final = frozenset({DRA_CPU_CLASS, "gpu.nvidia.com", "gpu.example.com"})
 
 # The pod condition the bridge writes while a pod waits for (or fails) placement,
 # the one kube-scheduler writes too, so `kubectl describe` shows it where users look.
@@ -52,23 +53,11 @@ EXTERNAL_JOB_FLAG: Final = "EXTERNAL_JOB"
 # Prefix of every drain reason the bridge sets; a drain without it is an admin's.
 DRAIN_REASON_PREFIX: Final = "slurm-bridge: "
 
-# Temporal workflow types of a placement, newest first: `PlacementV3` is what the bridge
-# starts; `Placement` and `PlacementWorkflow` are earlier flows that stay registered while
-# placements they started run (docs/architecture.md, "Workflow versioning").
-PLACEMENT_WORKFLOW_TYPE: Final = "PlacementV3"
-PLACEMENT_V2_WORKFLOW_TYPE: Final = "Placement"
-PLACEMENT_V1_WORKFLOW_TYPE: Final = "PlacementWorkflow"
-PLACEMENT_WORKFLOW_TYPES: Final = (
-    PLACEMENT_WORKFLOW_TYPE,
-    PLACEMENT_V2_WORKFLOW_TYPE,
-    PLACEMENT_V1_WORKFLOW_TYPE,
-)
-
-
-def workflow_types_clause(types: tuple[str, ...] = PLACEMENT_WORKFLOW_TYPES) -> str:
-    """A visibility query clause matching these workflow types."""
-    return "WorkflowType IN (" + ", ".join(f"'{t}'" for t in types) + ")"
-
+# The Temporal workflow type of a placement, named like its class (workflows/placement.py):
+# one type (docs/architecture.md, "Workflow versioning"), and the visibility query clause
+# that matches it.
+PLACEMENT_WORKFLOW_TYPE: Final = "PlacementWorkflow"
+PLACEMENT_TYPE_CLAUSE: Final = f"WorkflowType = '{PLACEMENT_WORKFLOW_TYPE}'"
 
 # Bridge-owned (not a Slinky key): the placement id (docs/architecture.md) that
 # claimed the pod, written with the finalizer. The pod watcher signals only that

@@ -110,28 +110,24 @@ GENERATION_SEPARATOR = "@"
 def workflow_id_of(placement_id: str) -> str:
     """The placement workflow's id: the placement id (a job's comment) without `@<generation>`.
 
-    `placement/<installation>/<group key>@<generation>` → `placement/<installation>/<group key>`;
-    an id of the old format (no `@`) is its own workflow id (docs/architecture.md, "Placement ids").
+    `placement/<installation>/<group key>@<generation>` → `placement/<installation>/<group key>`
+    (docs/architecture.md, "Placement ids"); ValueError for any other string.
     """
-    if not placement_id.startswith(PLACEMENT_ID_PREFIX):
-        raise ValueError(f"not a placement id: {placement_id!r}")
-    workflow_id, separator, _ = placement_id.rpartition(GENERATION_SEPARATOR)
-    return workflow_id if separator else placement_id
+    installation_of(placement_id)
+    return placement_id.rpartition(GENERATION_SEPARATOR)[0]
 
 
-def installation_of(placement_id: str) -> str | None:
-    """The bridge installation a placement id names; None for an id of the old format (no `@`).
+def installation_of(placement_id: str) -> str:
+    """The bridge installation a placement id names.
 
-    A `placement/` id with `@` but without `<installation>/<group key>` or generation is
-    malformed: ValueError, like any id that is not a placement id.
+    ValueError for a string that is not a placement id, and for a `placement/` id
+    without `<installation>/<group key>` or `@<generation>` (malformed).
     """
     if not placement_id.startswith(PLACEMENT_ID_PREFIX):
         raise ValueError(f"not a placement id: {placement_id!r}")
     head, separator, generation = placement_id[len(PLACEMENT_ID_PREFIX) :].rpartition(GENERATION_SEPARATOR)
-    if not separator:
-        return None
     installation, slash, group_key = head.partition("/")
-    if not (installation and slash and group_key and generation):
+    if not (separator and installation and slash and group_key and generation):
         raise ValueError(f"malformed placement id: {placement_id!r}")
     return installation
 
@@ -148,7 +144,7 @@ class PlacementRequest(Frozen):
     pods: list[PodRef]
     kind: str = "Pod"  # Pod, Job, JobSet, LeaderWorkerSet, PodGroup
     min_pods: int = 1
-    # Since the placement-v2 patch (docs/architecture.md, "Placement ids"); empty in v1 requests.
+    # The bridge installation that placed the pods (docs/architecture.md, "Placement ids").
     installation: str = ""
     generation: str = ""  # uid of the pod that opened this generation; default: the first pod's
     # An operator retry or an adoption: a job of this placement may exist, look before submitting.

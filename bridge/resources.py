@@ -14,12 +14,14 @@ from fractions import Fraction
 from typing import Any
 
 from bridge import keys
+from bridge.device_classes import DEFAULT_DEVICE_CLASSES, DeviceClasses
 from bridge.dra import dra_problems
 from bridge.quantity import QuantityError, parse_quantity
 
 Pod = Mapping[str, Any]
 ResourceList = dict[str, Fraction]
 
+# The default CPU class's resource name (bridge.device_classes has the honoured ones).
 DRA_CPU = keys.DRA_RESOURCE_PREFIX + keys.DRA_CPU_CLASS
 
 
@@ -150,11 +152,24 @@ def _all_resource_names(spec: Mapping[str, Any]) -> Iterable[tuple[str, str]]:
             yield "(pod-level spec.resources)", name
 
 
-def placement_problems(pod: Pod) -> list[str]:
+def dra_classes_of(pod: Pod) -> list[str]:
+    """The DeviceClasses the pod asks for by extended-resource name, anywhere, in name order."""
+    spec = _object(pod.get("spec"), "spec", [])
+    return sorted(
+        {
+            r.removeprefix(keys.DRA_RESOURCE_PREFIX)
+            for _, r in _all_resource_names(spec)
+            if r.startswith(keys.DRA_RESOURCE_PREFIX)
+        }
+    )
+
+
+def placement_problems(pod: Pod, honoured: DeviceClasses = DEFAULT_DEVICE_CLASSES) -> list[str]:
     """Why the bridge cannot place this pod at all; empty when it can.
 
     Shared by the admission webhook (denial messages) and the translation, so a
-    pod the webhook lets through is one the worker can submit.
+    pod the webhook lets through is one the worker can submit. `honoured` are the
+    DRA classes the bridge honours (DRA_DEVICE_CLASSES).
     """
     problems: list[str] = []
     spec = _object(pod.get("spec"), "spec", [])  # pod_resources() below reports a wrong type
@@ -169,20 +184,21 @@ def placement_problems(pod: Pod) -> list[str]:
             "(nvidia.com/gpu) or the annotation slurmjob.slinky.slurm.net/gres"
         )
     names = list(_all_resource_names(spec))
-    if any(r == "cpu" for _, r in names) and any(r == DRA_CPU for _, r in names):
+    # A node's CPUs are counted once (cpus_per_task): by "cpu" or by one CPU class.
+    cpu_names = sorted({r for _, r in names if r == "cpu" or r in honoured.cpu_resources})
+    if len(cpu_names) > 1:
+        together = "cannot both be requested" if len(cpu_names) == 2 else "cannot be requested together"
         problems.append(
-            f'"cpu" and "{DRA_CPU}" cannot both be requested: use one of them for every container'
+            " and ".join(f'"{n}"' for n in cpu_names) + f" {together}: use one of them for every container"
         )
     for container, resource in names:
-        if resource.startswith(keys.DRA_RESOURCE_PREFIX):
+        if resource.startswith(keys.DRA_RESOURCE_PREFIX) and honoured.of_resource(resource) is None:
             device_class = resource.removeprefix(keys.DRA_RESOURCE_PREFIX)
-            if device_class not in keys.SUPPORTED_DRA_CLASSES:
-                supported = ", ".join(sorted(keys.SUPPORTED_DRA_CLASSES))
-                problems.append(
-                    f'container "{container}" uses unsupported DRA device class "{device_class}" '
-                    f"(supported: {supported})"
-                )
-    problems += dra_problems(pod)
+            problems.append(
+                f'container "{container}" uses unsupported DRA device class "{device_class}" '
+                f"(supported: {honoured.honoured()})"
+            )
+    problems += dra_problems(pod, honoured)
     try:
         pod_resources(pod)
     except PodSpecError as error:

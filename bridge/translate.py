@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 from bridge import keys
 from bridge.annotations import AnnotationError, JobAnnotations, parse_job_annotations
+from bridge.device_classes import DEFAULT_DEVICE_CLASSES, DeviceClasses
 from bridge.models import JobDescription, NoValNumber, admin_comment_for
 from bridge.policy import PolicySet
 from bridge.quantity import MIB, QuantityError, mebibytes, parse_quantity, whole_cpus
@@ -38,6 +39,8 @@ class Defaults:
 
     partition: str = keys.DEFAULT_PARTITION
     mcs_label: str = keys.DEFAULT_MCS_LABEL
+    # DRA_DEVICE_CLASSES: the DRA classes pods may ask for and what each is in Slurm.
+    device_classes: DeviceClasses = DEFAULT_DEVICE_CLASSES
 
 
 @dataclass(frozen=True)
@@ -60,21 +63,14 @@ def pod_key(pod: Pod) -> str:
     return f"{meta.get('namespace')}/{meta.get('name')}"
 
 
-def _largest_gpu(limits: Mapping[str, Fraction]) -> str | None:
-    """`gres/gpu=N` from device-plugin GPUs and DRA GPU classes alike; the largest count wins.
-
-    A DRA class is not a GRES type: node sync registers a node's GPUs untyped
-    (`Gres=gpu:N`), and Slurm refuses a typed request on such nodes (error 2014).
-    Which devices of which driver the pod gets is the claim's business
-    (`bridge.dra`), pinned to the GRES indexes Slurm allocated.
-    """
+def _gpus(resources: Mapping[str, Fraction]) -> Fraction:
+    """The GPUs in a resource list: device-plugin GPUs and DRA GPU classes, the largest count."""
     counts = [
         quantity
-        for name, quantity in limits.items()
+        for name, quantity in resources.items()
         if name in keys.GPU_RESOURCES or (name.startswith(keys.DRA_RESOURCE_PREFIX) and name != DRA_CPU)
     ]
-    largest = max(counts, default=Fraction(0))
-    return f"gres/gpu={whole_cpus(largest)}" if largest > 0 else None
+    return max(counts, default=Fraction(0))
 
 
 def _no_val(number: int | None) -> NoValNumber | None:
@@ -147,7 +143,7 @@ def build_job(
         raise TranslationError(f"{shape.name}: no pods to place")
     problems: list[str] = []
     for pod in pods:
-        problems += [f"pod {pod_key(pod)}: {p}" for p in placement_problems(pod)]
+        problems += [f"pod {pod_key(pod)}: {p}" for p in placement_problems(pod, defaults.device_classes)]
     try:
         overrides = parse_job_annotations(annotations)
     except AnnotationError as error:
@@ -167,11 +163,18 @@ def build_job(
         per_node = group_resources(pods)
     except PodSpecError as error:  # pragma: no cover - placement_problems reported it already
         raise TranslationError(str(error)) from error
+    devices = defaults.device_classes
+    gres_problems = devices.gres_problems(per_node)
+    if gres_problems:
+        raise TranslationError(f"{shape.name}: " + "; ".join(gres_problems))
     # Unset when no pod asks: Slurm then applies the partition's defaults, as upstream.
-    largest_cpus = whole_cpus(max(per_node.get("cpu", Fraction(0)), per_node.get(DRA_CPU, Fraction(0))))
+    largest_cpus = whole_cpus(devices.cpus(per_node))
     cpus = largest_cpus if largest_cpus > 0 else None
     memory = mebibytes(per_node["memory"]) if per_node.get("memory", Fraction(0)) > 0 else None
-    gres = _largest_gpu(per_node)
+    # Per GRES the largest count: DRA classes as DRA_DEVICE_CLASSES maps them (GPUs untyped by
+    # default, which matches the untyped GPUs node sync registers), device-plugin GPUs as gres/gpu.
+    # Which devices each pod gets is the claim's business (bridge.dra), pinned to Slurm's indexes.
+    gres = devices.tres_per_node(per_node)
 
     # An annotation overrides whenever it is present, zero and empty included: upstream
     # sends those values as they are (cpu-per-task 0, mem-per-node 0 = the whole node's
@@ -213,6 +216,60 @@ def build_job(
         time_limit=time_limit,
         wckey=overrides.wckey,
         excluded_nodes=sorted(set(excluded_nodes or ())) or None,
+    )
+
+
+def _counted(quantity: Fraction, unit: str) -> str:
+    """8 CPUs, 1 GPU, 2.5 CPUs."""
+    return f"{_shown(quantity)} {unit}{'' if quantity == 1 else 's'}"
+
+
+def sizing_note(pods: Sequence[Pod], job: JobDescription, job_label: str) -> str | None:
+    """What sizing every node by the group's largest pod costs, when the pods ask for different
+    amounts; None when each pod gets what it asks for (or a single pod, or equal pods).
+
+    A Slurm job asks every node for the same thing, so a pod asking less than the largest is
+    given more than it asked for. Only resources the largest pod sized are told: one an
+    annotation sets (cpu-per-task, mem-per-node, gres) is the user's own choice. `job_label`
+    names the job in the message ("Slurm job 42", "the job").
+    """
+    if len(pods) < 2:
+        return None
+    try:
+        asks = [group_resources([pod]) for pod in pods]
+    except PodSpecError:  # pragma: no cover - build_job refused such pods already
+        return None
+    count = len(pods)
+    cpus = [max(a.get("cpu", Fraction(0)), a.get(DRA_CPU, Fraction(0))) for a in asks]
+    memory = [a.get("memory", Fraction(0)) for a in asks]
+    gpus = [_gpus(a) for a in asks]
+    per_node: list[str] = []
+    held: list[str] = []
+    asked: list[str] = []
+    largest_cpus = Fraction(whole_cpus(max(cpus)))
+    # Compared in the units a node is sized in: whole CPUs, MiB.
+    if len({whole_cpus(c) for c in cpus}) > 1 and job.cpus_per_task == largest_cpus:
+        per_node.append(_counted(largest_cpus, "CPU"))
+        held.append(_counted(largest_cpus * count, "CPU"))
+        asked.append(_counted(sum(cpus, Fraction(0)), "CPU"))
+    largest_memory = Fraction(mebibytes(max(memory)) * MIB)
+    sized = job.memory_per_node is not None and job.memory_per_node.number * MIB == largest_memory
+    if len({mebibytes(m) for m in memory}) > 1 and sized:
+        per_node.append(f"{_shown(largest_memory)} memory")
+        held.append(f"{_shown(largest_memory * count)} memory")
+        asked.append(f"{_shown(Fraction(sum(mebibytes(m) for m in memory) * MIB))} memory")
+    largest_gpus = max(gpus)
+    if len(set(gpus)) > 1 and job.tres_per_node == f"gres/gpu={whole_cpus(largest_gpus)}":
+        per_node.append(_counted(largest_gpus, "GPU"))
+        held.append(_counted(largest_gpus * count, "GPU"))
+        asked.append(_counted(sum(gpus, Fraction(0)), "GPU"))
+    if not per_node:
+        return None
+    return (
+        f"every node of {job_label} is asked for {', '.join(per_node)}: the group's largest pod; "
+        f"pods asking less are given more (the job holds {', '.join(held)} on its {count} nodes, "
+        f"for pods that ask for {', '.join(asked)} in all). Give the group's pods equal requests "
+        "to avoid it"
     )
 
 

@@ -23,10 +23,11 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from bridge.policy import PolicyFile
+from webhook.device_classes import DeviceClassLookup, dra_classes_named
 from webhook.metrics import Metrics
 from webhook.mutate import mutate
 from webhook.namespaces import ManagedNamespaces, NamespaceLookupError
-from webhook.policy import AdmissionPolicy
+from webhook.policy import AdmissionPolicy, ClusterDeviceClasses
 from webhook.review import API_VERSION, AdmissionRequest, AdmissionResponse, AdmissionReview
 from webhook.validate import validate
 
@@ -120,10 +121,13 @@ class Webhook:
         body_timeout: float = 10.0,
         lookup_timeout: float = 3.0,
         tenant_policy: PolicyFile | None = None,
+        device_classes: DeviceClassLookup | None = None,
     ) -> None:
         self.policy = policy
         self.tenant_policy = tenant_policy
         self.namespaces = namespaces
+        # Which DeviceClasses the cluster has; None: not checked (the worker still is, at binding).
+        self.device_classes = device_classes
         self.metrics = metrics or Metrics()
         self.max_request_bytes = max_request_bytes
         self.body_timeout = body_timeout
@@ -158,6 +162,9 @@ class Webhook:
             )
         try:
             policy = self.policy
+            if endpoint == "validate":
+                cluster = await self._cluster_classes(request, what)
+                policy = dataclasses.replace(policy, cluster_classes=cluster)
             if self.tenant_policy is not None:
                 # Re-read when the file changed: a ConfigMap update applies without a restart.
                 policy = dataclasses.replace(policy, tenants=self.tenant_policy.current())
@@ -176,6 +183,29 @@ class Webhook:
         else:
             log.info("%s %s: denied: %s", endpoint, what, response.status.message if response.status else "")
         return response
+
+    async def _cluster_classes(self, request: AdmissionRequest, what: str) -> ClusterDeviceClasses | None:
+        """What the cluster says of the honoured DeviceClasses a CREATE asks for; None if nothing to ask.
+
+        Only on CREATE: a pod's requests are fixed once it exists, and an update is judged by
+        the problems it introduces, so a class deleted since must not block its pods' updates.
+        A lookup that fails or outlasts `lookup_timeout` is told as such (a denial to try
+        again), never as a class that does not exist.
+        """
+        if self.device_classes is None or request.operation != "CREATE" or request.sub_resource:
+            return None
+        honoured = self.policy.device_classes
+        names = sorted(c for c in dra_classes_named(request.object) if honoured.get(c) is not None)
+        if not names:
+            return None
+        try:
+            async with asyncio.timeout(self.lookup_timeout):
+                return await self.device_classes.lookup(names)
+        except TimeoutError:
+            log.warning("validate %s: DeviceClass lookup timed out", what)
+            return ClusterDeviceClasses(
+                unknown=tuple((n, "the API server did not answer in time") for n in names)
+            )
 
     async def healthz(self, _: Request) -> Response:
         return PlainTextResponse("ok")
@@ -201,9 +231,13 @@ def create_app(webhook: Webhook) -> Starlette:
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         await webhook.namespaces.start()
+        if webhook.device_classes is not None:
+            await webhook.device_classes.start()
         try:
             yield
         finally:
+            if webhook.device_classes is not None:
+                await webhook.device_classes.stop()
             await webhook.namespaces.stop()
 
     routes = [

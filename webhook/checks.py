@@ -11,9 +11,11 @@ from typing import Any
 
 from bridge import keys
 from bridge.annotations import AnnotationError, JobAnnotations, annotation_warnings, parse_job_annotations
-from bridge.resources import DRA_CPU, PodSpecError, placement_problems, pod_resources
+from bridge.device_classes import DeviceClasses
+from bridge.dra import RESOURCE_GROUP
+from bridge.resources import PodSpecError, dra_classes_of, placement_problems, pod_resources
 from bridge.translate import Defaults, TranslationError, build_pod_job
-from webhook.policy import AdmissionPolicy
+from webhook.policy import AdmissionPolicy, ClusterDeviceClasses
 
 # (what, metadata field, key) of everything only the bridge may write on a pod.
 # The chart's admission-webhooks.yaml names the same keys in its matchConditions
@@ -124,30 +126,66 @@ def _dra_classes(pod: Mapping[str, Any]) -> set[str]:
     return {n.removeprefix(keys.DRA_RESOURCE_PREFIX) for n in names if n.startswith(keys.DRA_RESOURCE_PREFIX)}
 
 
-def annotation_conflicts(pod: Mapping[str, Any], job: JobAnnotations) -> list[str]:
+def annotation_conflicts(pod: Mapping[str, Any], job: JobAnnotations, honoured: DeviceClasses) -> list[str]:
     """Annotations that contradict explicit DRA requests (upstream's rule: DRA requests are authoritative).
 
     The devices a DRA request names are allocated from the Slurm job's own
     allocation; an annotation asking Slurm for something else would make the two disagree.
     """
-    classes = _dra_classes(pod)
+    asked = [c for c in map(honoured.get, sorted(_dra_classes(pod))) if c is not None]
     problems = []
-    if job.cpu_per_task is not None and keys.DRA_CPU_CLASS in classes:
+    for cpu_class in (c for c in asked if c.is_cpu and job.cpu_per_task is not None):
         problems.append(
-            f"annotation {keys.SLURMJOB_PREFIX}cpu-per-task cannot be combined with {DRA_CPU} in container "
-            "resources: the DRA request decides the CPUs; remove the annotation"
+            f"annotation {keys.SLURMJOB_PREFIX}cpu-per-task cannot be combined with {cpu_class.resource} "
+            "in container resources: the DRA request decides the CPUs; remove the annotation"
         )
-    gpu_classes = sorted(classes - {keys.DRA_CPU_CLASS})
-    if job.gres is not None and gpu_classes:
+    gres_classes = [c.resource for c in asked if not c.is_cpu]
+    if job.gres is not None and gres_classes:
         problems.append(
             f"annotation {keys.SLURMJOB_PREFIX}gres cannot be combined with DRA device requests "
-            f"({', '.join(keys.DRA_RESOURCE_PREFIX + c for c in gpu_classes)}): the DRA requests decide "
-            "the devices; remove the annotation, or request nvidia.com/gpu instead"
+            f"({', '.join(gres_classes)}): the DRA requests decide the devices; remove the annotation, or "
+            "request nvidia.com/gpu instead"
         )
     return problems
 
 
-def pod_problems(pod: Mapping[str, Any], *, where: str = "", node_name_allowed: bool = False) -> list[str]:
+def cluster_class_problems(
+    pod: Mapping[str, Any], honoured: DeviceClasses, cluster: ClusterDeviceClasses | None
+) -> list[str]:
+    """Honoured classes the pod asks for that the cluster does not have (or could not be asked about).
+
+    Without the DeviceClass the kubelet cannot prepare the devices the claim names, so the
+    worker would fail the placement at binding, after the job waited in Slurm's queue.
+    """
+    if cluster is None:
+        return []
+    problems = []
+    unknown = dict(cluster.unknown)
+    for name in dra_classes_of(pod):
+        asked = honoured.get(name)
+        if asked is None:
+            continue  # not honoured: placement_problems says so
+        if cluster.unserved:
+            problems.append(
+                f"{asked.resource} asks for DeviceClass {name}, but this cluster does not serve "
+                f"{RESOURCE_GROUP}/v1 (Kubernetes 1.34 or later, with DRA), so it has no DeviceClasses: "
+                "request the devices without DRA (nvidia.com/gpu, or the annotation "
+                f"{keys.SLURMJOB_PREFIX}gres)"
+            )
+        elif name in cluster.missing:
+            problems.append(
+                f"{asked.resource} asks for DeviceClass {name}, which does not exist in the cluster "
+                "(kubectl get deviceclasses): install its DRA driver, which creates the class, or ask "
+                "for a class that exists"
+            )
+        elif name in unknown:
+            problems.append(f"cannot tell whether DeviceClass {name} exists ({unknown[name]}); try again")
+    return problems
+
+
+def pod_problems(
+    pod: Mapping[str, Any], policy: AdmissionPolicy, *, where: str = "", node_name_allowed: bool = False
+) -> list[str]:
     """Why the bridge could not place this pod (or the pods of this template); empty when it can.
 
     `where` is the template's path inside a workload ("spec.template."), empty for a pod.
@@ -163,11 +201,12 @@ def pod_problems(pod: Mapping[str, Any], *, where: str = "", node_name_allowed: 
             f'{where}spec.nodeName is "{str(spec["nodeName"])[:63]}", but Slurm decides where slurm-bridge '
             "pods run: remove spec.nodeName, or use the annotation slurmjob.slinky.slurm.net/constraints"
         )
-    found = placement_problems(pod)
+    found = placement_problems(pod, policy.device_classes)
+    found += cluster_class_problems(pod, policy.device_classes, policy.cluster_classes)
     job, parse_problems = annotation_problems(annotations)
     found += parse_problems
     if job is not None:
-        found += annotation_conflicts(pod, job)
+        found += annotation_conflicts(pod, job, policy.device_classes)
     prefix = f"in {where.rstrip('.')}: " if where else ""
     return problems + [prefix + problem for problem in found]
 
@@ -188,14 +227,14 @@ def tenant_problems(
     return [prefix + problem for problem in policy.tenants.check(namespace, job)]
 
 
-def translation_problem(pod: Mapping[str, Any]) -> str | None:
+def translation_problem(pod: Mapping[str, Any], policy: AdmissionPolicy) -> str | None:
     """What the worker's own translation of a bare pod says, when the checks above found nothing.
 
     It catches what only the whole job shows (e.g. min-nodes above the single
     node a bare pod gets), with the worker's exact words.
     """
     try:
-        build_pod_job(pod, defaults=Defaults())
+        build_pod_job(pod, defaults=Defaults(device_classes=policy.device_classes))
     except TranslationError as error:
         return f"the pod cannot become a Slurm job: {error}"
     return None

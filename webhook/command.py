@@ -14,11 +14,13 @@ from typing import Annotated
 
 import typer
 import uvicorn
+from kubernetes.aio import client as kclient
 from starlette.applications import Starlette
 
 from activities.kube_client import KubeClient, load_configuration
 from bridge.policy import PolicyError, PolicyFile
 from webhook.app import Webhook, create_app
+from webhook.device_classes import DeviceClassCache
 from webhook.namespaces import ManagedNamespaces, NamespaceLabelCache, SelectedNamespaces, StaticNamespaces
 from webhook.policy import AdmissionPolicy
 from webhook.settings import ConfigurationError, WebhookSettings, load_settings
@@ -45,6 +47,16 @@ def uvicorn_config(
     )
 
 
+async def kube_configuration(settings: WebhookSettings, needed_for: str) -> kclient.Configuration:
+    try:
+        return await load_configuration(settings.kubeconfig)
+    except Exception as error:
+        raise ConfigurationError(
+            f"invalid setting KUBECONFIG (--kubeconfig): cannot load a Kubernetes configuration "
+            f"(needed for {needed_for}): {error}"
+        ) from None
+
+
 async def managed_namespaces(settings: WebhookSettings) -> ManagedNamespaces:
     selector = settings.selector
     if selector is None:
@@ -53,14 +65,20 @@ async def managed_namespaces(settings: WebhookSettings) -> ManagedNamespaces:
         return StaticNamespaces(settings.managed_namespaces)
     if settings.managed_namespaces:
         log.warning("MANAGED_NAMESPACE_SELECTOR is set, so MANAGED_NAMESPACES is ignored")
-    try:
-        configuration = await load_configuration(settings.kubeconfig)
-    except Exception as error:
-        raise ConfigurationError(
-            f"invalid setting KUBECONFIG (--kubeconfig): cannot load a Kubernetes configuration "
-            f"(needed for MANAGED_NAMESPACE_SELECTOR): {error}"
-        ) from None
+    configuration = await kube_configuration(settings, "MANAGED_NAMESPACE_SELECTOR")
     return SelectedNamespaces(selector, NamespaceLabelCache(KubeClient(configuration)))
+
+
+async def device_class_cache(settings: WebhookSettings) -> DeviceClassCache | None:
+    """The cluster's DeviceClasses, to refuse pods asking for one that does not exist; None with no
+    honoured class (then every DRA request is refused without asking the cluster)."""
+    if not settings.device_classes.classes:
+        log.info("DRA_DEVICE_CLASSES is empty: pods asking for DRA devices are refused")
+        return None
+    configuration = await kube_configuration(
+        settings, "DRA_DEVICE_CLASSES: the DeviceClasses pods ask for are looked up; empty honours none"
+    )
+    return DeviceClassCache(KubeClient(configuration))
 
 
 def load_certificate(settings: WebhookSettings) -> ReloadingCertificate:
@@ -85,10 +103,15 @@ async def build_server(settings: WebhookSettings) -> uvicorn.Server:
             f"invalid setting TENANT_POLICY_FILE (--tenant-policy-file): {error}"
         ) from None
     webhook_ = Webhook(
-        policy=AdmissionPolicy(settings.scheduler_name, frozenset(settings.bridge_service_accounts)),
+        policy=AdmissionPolicy(
+            settings.scheduler_name,
+            frozenset(settings.bridge_service_accounts),
+            device_classes=settings.device_classes,
+        ),
         namespaces=await managed_namespaces(settings),
         max_request_bytes=settings.max_request_bytes,
         tenant_policy=tenant_policy,
+        device_classes=await device_class_cache(settings),
     )
     config = uvicorn_config(create_app(webhook_), certificate, host=settings.host, port=settings.port)
     return uvicorn.Server(config)
@@ -152,6 +175,14 @@ def webhook(
             "unset: no restrictions [TENANT_POLICY_FILE]"
         ),
     ] = None,
+    dra_device_classes: Annotated[
+        str | None,
+        typer.Option(
+            help="DRA DeviceClasses pods may ask for and what each is in Slurm: <class>=cpu or "
+            "<class>=<gres>[:<type>], comma-separated; empty: none; as the worker's "
+            "[DRA_DEVICE_CLASSES]"
+        ),
+    ] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning")] = "info",
 ) -> None:
     """Serve the admission webhook: AdmissionReview v1 on /mutate and /validate over HTTPS."""
@@ -168,6 +199,7 @@ def webhook(
             kubeconfig=kubeconfig,
             max_request_bytes=max_request_bytes,
             tenant_policy_file=tenant_policy_file,
+            dra_device_classes=dra_device_classes,
         )
         load_certificate(settings)  # fail at start, with the one-line message, not inside the server
         if log_level.upper() not in logging.getLevelNamesMapping():

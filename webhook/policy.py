@@ -5,10 +5,26 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bridge import keys
+from bridge.device_classes import DEFAULT_DEVICE_CLASSES, DeviceClasses
 from bridge.policy import PolicySet
 
 DEFAULT_SCHEDULER = "default-scheduler"
 MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
+
+
+@dataclass(frozen=True)
+class ClusterDeviceClasses:
+    """What the cluster answered about the DeviceClasses one request asks for.
+
+    The Webhook looks the classes up (webhook.device_classes) before the pure decision,
+    which turns the answer into problems.
+    """
+
+    # resource.k8s.io/v1 is not served (Kubernetes before 1.34): the cluster has no DeviceClasses.
+    unserved: bool = False
+    missing: frozenset[str] = frozenset()
+    # (class, why its lookup failed): a transient failure, told as one to try again.
+    unknown: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -20,6 +36,11 @@ class AdmissionPolicy:
     bridge_users: frozenset[str] = field(default_factory=frozenset)
     # The tenant policy in force for this decision (the Webhook re-reads its file).
     tenants: PolicySet = field(default_factory=PolicySet, compare=False, hash=False)
+    # The DRA classes the bridge honours and their Slurm meaning (DRA_DEVICE_CLASSES).
+    device_classes: DeviceClasses = DEFAULT_DEVICE_CLASSES
+    # For this decision, what the cluster said of the classes the request asks for; None: not
+    # looked up (no lookup configured, or not a CREATE: a pod's resources never change after).
+    cluster_classes: ClusterDeviceClasses | None = field(default=None, compare=False, hash=False)
 
     def is_bridge_user(self, username: str) -> bool:
         return username in self.bridge_users

@@ -12,6 +12,7 @@ from pydantic import AliasChoices, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from bridge import keys
+from bridge.device_classes import DEFAULT_DEVICE_CLASSES, DeviceClasses, parse_device_classes
 from bridge.labels import LabelSelectorError, Selector, parse_selector
 from bridge.policy import PolicyPath
 from webhook.app import DEFAULT_MAX_REQUEST_BYTES
@@ -64,6 +65,12 @@ class WebhookSettings(BaseSettings):
         validation_alias=_env("WEBHOOK_MAX_REQUEST_BYTES", "max_request_bytes"),
     )
 
+    # The DRA DeviceClasses pods may ask for and their Slurm meaning (docs/dra.md), as the
+    # worker reads them: what the webhook admits, the worker submits.
+    dra_device_classes: str = Field(
+        str(DEFAULT_DEVICE_CLASSES), validation_alias=_env("DRA_DEVICE_CLASSES", "dra_device_classes")
+    )
+
     # The tenant policy (docs/tenant-policy.md), re-read when it changes; unset or empty: none.
     tenant_policy_file: PolicyPath = Field(
         None, validation_alias=_env("TENANT_POLICY_FILE", "tenant_policy_file")
@@ -111,6 +118,15 @@ class WebhookSettings(BaseSettings):
     @classmethod
     def _users(cls, value: Any) -> Any:
         return _comma_list(value)
+
+    @field_validator("dra_device_classes")
+    @classmethod
+    def _device_classes(cls, value: str) -> str:
+        return str(parse_device_classes(value))  # the canonical form; a mistake is a ValueError
+
+    @property
+    def device_classes(self) -> DeviceClasses:
+        return parse_device_classes(self.dra_device_classes)
 
     @property
     def selector(self) -> Selector | None:

@@ -6,8 +6,10 @@ Pods:
   every pod: a forged job id would let a pod ride on another job's allocation;
 - a bridge pod (see `policy.is_bridge_pod`) must be placeable: no
   topologySpreadConstraints, resourceClaims, cpu together with DRA cpu,
-  unsupported DRA classes, bad quantities, and valid `slurmjob.slinky.slurm.net/*`
-  annotations; a bare pod must also pass the worker's translation;
+  DRA classes the bridge does not honour (DRA_DEVICE_CLASSES) or the cluster does not
+  have (looked up by the Webhook on CREATE: `policy.cluster_classes`), bad quantities,
+  and valid `slurmjob.slinky.slurm.net/*` annotations; a bare pod must also pass the
+  worker's translation;
 - the `slurmjob.slinky.slurm.net/*` annotations of a bridge pod or workload (and
   of its templates) must keep to the namespace's tenant policy (`bridge.policy`);
   what upstream slurm-bridge accepts but is likely a mistake (an unknown key, which
@@ -80,14 +82,14 @@ def _new_problems(
 def _pod_checks(
     pod: Mapping[str, Any], *, creating: bool, namespace: str, policy: AdmissionPolicy
 ) -> list[str]:
-    problems = pod_problems(pod, node_name_allowed=not creating)
+    problems = pod_problems(pod, policy, node_name_allowed=not creating)
     if not problems:
         problems += tenant_problems(metadata_maps(pod)[1], namespace, policy)
     if not problems and not has_controller(pod):
         # A bare pod is its own Slurm job: the worker's translation must accept it.
         # (A workload's pods are translated with the workload's shape and
         # annotations, which this request does not carry.)
-        problem = translation_problem(pod)
+        problem = translation_problem(pod, policy)
         if problem:
             problems.append(problem)
     return problems

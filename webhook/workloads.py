@@ -125,7 +125,7 @@ def workload_problems(
     problems += tenant_problems(annotations, namespace, policy)
     for path, template in ours:
         # nodeName in a template is harmless: /mutate removes it from every pod.
-        found = pod_problems(template, where=path, node_name_allowed=True)
+        found = pod_problems(template, policy, where=path, node_name_allowed=True)
         if not found:
             found = tenant_problems(metadata_maps(template, path)[1], namespace, policy, where=path)
         problems += found

@@ -110,6 +110,9 @@ def explain(
     namespace: Annotated[str, typer.Option(help="namespace of objects that name none")] = "default",
     installation: Annotated[str | None, typer.Option(help="[INSTALLATION_ID]")] = None,
     tenant_policy_file: Annotated[str | None, typer.Option(help="[TENANT_POLICY_FILE]")] = None,
+    dra_device_classes: Annotated[
+        str | None, typer.Option(help="honoured DRA DeviceClasses, as the worker's [DRA_DEVICE_CLASSES]")
+    ] = None,
 ) -> None:
     """Print the Slurm job_desc_msg (REST v0.0.44) each group of pods would be submitted as.
 
@@ -117,14 +120,23 @@ def explain(
     node rules exclude become `excluded_nodes`, as the worker submits them; for a file, its
     Node objects stand for the nodes.
     """
+    from bridge.device_classes import DeviceClassesError, parse_device_classes
     from bridge.policy import PolicyError, load_policy
     from bridge.translate import Defaults
     from worker.explain import ExplainError, load_objects
     from worker.explain import explain as explain_objects
 
+    classes_text = (
+        dra_device_classes if dra_device_classes is not None else os.environ.get("DRA_DEVICE_CLASSES")
+    )
+    try:
+        classes = Defaults.device_classes if classes_text is None else parse_device_classes(classes_text)
+    except DeviceClassesError as error:
+        fail(f"invalid setting DRA_DEVICE_CLASSES (--dra-device-classes): {error}")
     defaults = Defaults(
         partition=partition or os.environ.get("SLURM_PARTITION") or Defaults.partition,
         mcs_label=mcs_label if mcs_label is not None else os.environ.get("MCS_LABEL", Defaults.mcs_label),
+        device_classes=classes,
     )
     installation = installation or os.environ.get("INSTALLATION_ID") or keys.DEFAULT_INSTALLATION
     scheduler_name = os.environ.get("SCHEDULER_NAME") or keys.DEFAULT_SCHEDULER_NAME

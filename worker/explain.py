@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from bridge import grouping
+from bridge.device_classes import DEFAULT_DEVICE_CLASSES, DeviceClasses
 from bridge.dra import device_requests
 from bridge.feasibility import excluded_slurm_nodes, group_feasibility, is_bridge_node
 from bridge.grouping import Json, Kind
@@ -21,7 +22,7 @@ from bridge.keys import ANNOTATION_PLACEMENT, DEFAULT_SCHEDULER_NAME
 from bridge.models import GENERATION_SEPARATOR, PLACEMENT_ID_PREFIX
 from bridge.policy import PolicySet
 from bridge.resources import total_allocatable
-from bridge.translate import Defaults, GroupShape, TranslationError, build_job
+from bridge.translate import Defaults, GroupShape, TranslationError, build_job, sizing_note
 
 
 class ExplainError(ValueError):
@@ -101,9 +102,14 @@ class Explanation:
     unschedulable: str | None = None
     # DRA extended-resource requests: what Slurm is asked for, and the claim request each becomes.
     dra_devices: list[dict[str, object]] = field(default_factory=list)
+    # When the group's pods ask for different amounts: every node is sized by the largest pod,
+    # and what that costs (the worker tells the pods the same in a SizedByLargestPod Event).
+    sizing_note: str | None = None
 
 
-def dra_devices(pods: Iterable[Json]) -> list[dict[str, object]]:
+def dra_devices(
+    pods: Iterable[Json], honoured: DeviceClasses = DEFAULT_DEVICE_CLASSES
+) -> list[dict[str, object]]:
     """Per DRA request: the pod, container, resource, count, the claim's request name and the Slurm side.
 
     GPU classes are counted in the job's `tres_per_node` (gres/gpu), `dra.cpu` in
@@ -112,7 +118,7 @@ def dra_devices(pods: Iterable[Json]) -> list[dict[str, object]]:
     rows: list[dict[str, object]] = []
     for pod in pods:
         meta = pod.get("metadata") or {}
-        for request in device_requests(pod):
+        for request in device_requests(pod, honoured):
             rows.append(
                 {
                     "pod": f"{meta.get('namespace')}/{meta.get('name')}",
@@ -120,7 +126,7 @@ def dra_devices(pods: Iterable[Json]) -> list[dict[str, object]]:
                     "resource": request.resource,
                     "count": request.count,
                     "claim_request": request.request,
-                    "slurm": "cpus_per_task" if request.is_cpu else "tres_per_node gres/gpu",
+                    "slurm": request.slurm,
                 }
             )
     return rows
@@ -192,7 +198,8 @@ def _explanation(
         job.to_slurm(),
         group.min_pods,
         unschedulable=unschedulable,
-        dra_devices=dra_devices(ordered),
+        dra_devices=dra_devices(ordered, defaults.device_classes),
+        sizing_note=sizing_note(ordered, job, "the job"),
     )
 
 

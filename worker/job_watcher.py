@@ -21,8 +21,7 @@ pod watcher from the pods' job-id label and placement annotation. Each interval:
    for a first "PENDING, no reason yet": the placement knows it submitted the
    job, and that is all such an answer says).
 
-Only jobs of this installation are followed (`placement/<installation>/...@gen`),
-and jobs of the old id format (no `@`), whose comment is their workflow id.
+Only jobs of this installation are followed (`placement/<installation>/...@gen`).
 
 No periodic listing of every job (`GET /jobs/`: ~8 KB per job, 16 MB at 2,000
 jobs) is made, and none is needed: the job watcher only serves placements, and
@@ -215,10 +214,9 @@ class JobWatcher:
 
     def _ours(self, placement_id: str) -> bool:
         try:
-            installation = installation_of(placement_id)
+            return installation_of(placement_id) == self.installation
         except ValueError:
             return False
-        return installation is None or installation == self.installation
 
     def _forget_except(self, followed: Mapping[int, str]) -> None:
         """Drop what is known about jobs no longer followed: memory follows LiveJobs."""
@@ -282,15 +280,14 @@ class JobWatcher:
         comment) and carried its restart count; a job that started before it was ever read
         is named by its pods, and the bind step, which reads the job for its nodes, checks
         its comment against the placement. Any other change (an end, a requeue, a job new to
-        the watcher) is read, and so is every job of the old id format: its placement runs
-        the first workflow (workflows/placement_v1.py), which takes the nodes from the signal.
+        the watcher) is read.
         """
         started = []
         for job_id in changed:
             seen, state = self._seen.get(job_id), states.get(job_id)
             if seen is None or seen.states is None or "PENDING" not in seen.states or not state:
                 continue
-            if seen.placement is None or installation_of(seen.placement) is None:
+            if seen.placement is None:
                 continue
             if "RUNNING" in state and not ENDED_JOB_STATES.intersection(state):
                 started.append(job_id)

@@ -69,8 +69,7 @@ from worker.settings import TemporalSettings, WorkerSettings
 from worker.slurm_waker import SlurmWaker
 from worker.watcher_health import WatcherHealth, annotation, rfc3339
 from workflows.node_sync import NodeSyncWorkflow
-from workflows.placement import PlacementWorkflow, PlacementWorkflowV2
-from workflows.placement_v1 import PlacementWorkflowV1
+from workflows.placement import PlacementWorkflow
 from workflows.sweep import SweepWorkflow
 
 log = logging.getLogger(__name__)
@@ -319,7 +318,7 @@ class Bridge:
     settings: WorkerSettings
     node_sync_schedule_id: str = NODE_SYNC_SCHEDULE_ID
     identity: str = field(default_factory=default_identity)  # this replica, as the Lease names it
-    # Tests set it: workflows marked unsandboxed (the Placement) run in the sandbox too, so
+    # Tests set it: workflows marked unsandboxed (the placement) run in the sandbox too, so
     # a non-deterministic call fails there instead of passing unnoticed.
     sandbox_every_workflow: bool = False
     meter: MetricMeter | None = None  # the bridge's own metrics, when they are served
@@ -344,7 +343,7 @@ class Bridge:
             self.kube,
             KubeSettings(
                 scheduler_name=s.scheduler_name,
-                defaults=Defaults(s.partition, s.mcs_label),
+                defaults=Defaults(s.partition, s.mcs_label, s.device_classes),
                 policy=PolicyFile(s.tenant_policy_file),
             ),
         )
@@ -353,10 +352,14 @@ class Bridge:
         # Every replica keeps the bridge's nodes watched: its placements read them from memory.
         self.node_cache = NodeCache(self.kube, s.scheduler_name)
         placement_activities = PlacementActivities(
-            kube_activities, slurm_activities, self.node_cache, self.slurm_health
+            kube_activities, slurm_activities, self.node_cache, self.slurm_health, s.device_classes
         )
         node_activities = NodeActivities(
-            self.kube, self.slurm, scheduler_name=s.scheduler_name, installation=s.installation_id
+            self.kube,
+            self.slurm,
+            scheduler_name=s.scheduler_name,
+            installation=s.installation_id,
+            honoured=s.device_classes,
         )
         sweep_activities = SweepActivities(
             kube_activities, self.slurm, self.temporal, installation=s.installation_id
@@ -364,29 +367,9 @@ class Bridge:
         self.worker = Worker(
             self.temporal,
             task_queue=s.temporal_task_queue,
-            workflows=[
-                PlacementWorkflow,
-                PlacementWorkflowV2,
-                PlacementWorkflowV1,
-                NodeSyncWorkflow,
-                SweepWorkflow,
-            ],
+            workflows=[PlacementWorkflow, NodeSyncWorkflow, SweepWorkflow],
             activities=[
                 *placement_activities.all(),
-                # The v1 steps: placements started before the placement-v2 patch still run them.
-                kube_activities.add_finalizer,
-                kube_activities.remove_finalizer,
-                kube_activities.translate,
-                kube_activities.label_job_id,
-                kube_activities.resolve_nodes,
-                kube_activities.bind_pods,
-                kube_activities.record_event,
-                kube_activities.set_unschedulable,
-                kube_activities.delete_pods,
-                slurm_activities.submit_job,
-                slurm_activities.update_job,
-                slurm_activities.get_job,
-                slurm_activities.cancel_job,
                 node_activities.read_node_snapshot,
                 node_activities.apply_node_actions,
                 sweep_activities.scan,
@@ -445,10 +428,10 @@ class Bridge:
             self.kube, self.temporal, schedule_id=self.node_sync_schedule_id, refresher=refresher
         )
 
-    async def _tell_waiting(self, pod: PodRef, reason: str, message: str) -> None:
-        """Why a pod the watcher holds back waits: PodScheduled=False and a Warning Event."""
+    async def _tell_waiting(self, pod: PodRef, reason: str, message: str, warning: bool = True) -> None:
+        """Why a pod waits before its placement takes it: PodScheduled=False and an Event."""
         await self._kube_activities.set_unschedulable([pod], reason, message)
-        await self._kube_activities.record_event([pod], reason, message, True)
+        await self._kube_activities.record_event([pod], reason, message, warning)
 
     async def run(self) -> None:
         """Run until cancelled: the worker always, the cluster-wide watchers in the leader only.

@@ -24,14 +24,17 @@ from temporalio.client import Client, ScheduleOverlapPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.kube_client import Json, KubeClient, api_path
+from bridge import keys
 from bridge.node_facts import rules_signature, watch_signature
 from worker.informer import EventType, Informer, missing
 from worker.node_rules import ExclusionRefresher
-from workflows.placement import LEAN_TYPES_CLAUSE, PlacementWorkflow
+from workflows.placement import PlacementWorkflow
 
 log = logging.getLogger(__name__)
 # Placements waiting because no bridge node passes their pods' node rules.
-UNSCHEDULABLE = f"{LEAN_TYPES_CLAUSE} AND PlacementPhase = 'Unschedulable' AND ExecutionStatus = 'Running'"
+UNSCHEDULABLE = (
+    f"{keys.PLACEMENT_TYPE_CLAUSE} AND PlacementPhase = 'Unschedulable' AND ExecutionStatus = 'Running'"
+)
 MAX_WAKE = 10_000
 
 

@@ -50,7 +50,7 @@ async def retry_placement(
     claim = claim_of(pod)
     group = group or solo_group(ref)
     if claim is not None:
-        installation = installation_of(claim) or installation
+        installation = installation_of(claim)
     wid = workflow_id_of(claim) if claim else group_workflow_id(group, installation)
     try:
         description = await client.get_workflow_handle(wid).describe()
@@ -150,7 +150,7 @@ def visible_phase(attribute: str, status: WorkflowExecutionStatus | None) -> str
 def placements_query(
     *, namespace: str | None = None, name: str | None = None, phase: str | None = None
 ) -> str:
-    clauses = [keys.workflow_types_clause()]
+    clauses = [keys.PLACEMENT_TYPE_CLAUSE]
     for key, value in ((sa.POD_NAMESPACE, namespace), (sa.POD_NAME, name)):
         if value:
             clauses.append(f"{key.name} = '{value.replace(chr(39), '')}'")

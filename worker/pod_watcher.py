@@ -18,8 +18,7 @@ and, with back-off, after failures).
 """
 
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import (
@@ -31,7 +30,7 @@ from temporalio.common import (
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.kube_client import Json, KubeClient, api_path
+from activities.kube_client import Json, KubeClient, KubeError, api_path
 from activities.kube_reader import KubeReader
 from bridge import grouping, keys
 from bridge import search_attributes as sa
@@ -53,19 +52,21 @@ from workflows.placement import PlacementWorkflow
 log = logging.getLogger(__name__)
 DEFAULT_INSTALLATION = keys.DEFAULT_INSTALLATION
 POD_GROUP_NOT_FOUND = "PodGroupNotFound"
+# A pod of a group that has fewer pods than its minimum: nothing is submitted until the rest come.
+WAITING_FOR_GROUP_MEMBERS = "WaitingForGroupMembers"
 START_ATTEMPTS = 5  # start, or join by signal, a placement that may be ending meanwhile
-# How a waiting pod is told why: PodScheduled=False and an Event, both with this reason and message.
-Tell = Callable[[PodRef, str, str], Awaitable[None]]
+
+
+class Tell(Protocol):
+    """How a waiting pod is told why: PodScheduled=False and an Event, both with this reason and
+    message; a Warning Event unless `warning` is False (waiting that is expected)."""
+
+    async def __call__(self, pod: PodRef, reason: str, message: str, warning: bool = True) -> None: ...
 
 
 def group_workflow_id(group: grouping.Group, installation: str = DEFAULT_INSTALLATION) -> str:
     """`placement/<installation>/<group key>` (docs/architecture.md, "Placement ids")."""
     return f"{PLACEMENT_ID_PREFIX}{installation}/{group.key}"
-
-
-def legacy_workflow_id(group: grouping.Group) -> str:
-    """The id bridges gave placements before installations and generations: `placement/<group key>`."""
-    return PLACEMENT_ID_PREFIX + group.key
 
 
 def workflow_id(pod: PodRef, installation: str = DEFAULT_INSTALLATION) -> str:
@@ -83,13 +84,6 @@ def wants_placement(event: PodEvent) -> bool:
     return not event.node_name and not event.deleting and not event.terminal
 
 
-def bridge_involved(pod: Json) -> bool:
-    meta = pod["metadata"]
-    return keys.FINALIZER in (meta.get("finalizers") or []) or keys.LABEL_SLURM_JOB_ID in (
-        meta.get("labels") or {}
-    )
-
-
 def claim_of(pod: Json) -> str | None:
     """The placement id that claimed the pod, if the annotation is well-formed and names its namespace."""
     meta = pod["metadata"]
@@ -99,8 +93,6 @@ def claim_of(pod: Json) -> str | None:
     try:
         installation = installation_of(claim)
     except ValueError:
-        return None
-    if installation is None:
         return None
     # placement/<installation>/<namespace>/...: a pod can only ever name its own namespace's placements.
     namespace = claim[len(PLACEMENT_ID_PREFIX) + len(installation) + 1 :].split("/", 1)[0]
@@ -144,6 +136,10 @@ class PodWatcher:
         self._job_of: dict[str, int] = {}  # pod uid → the Slurm job its label names
         self._finished: set[str] = set()  # uids of claimed pods that finished
         self._started: set[str] = set()  # uids whose placement was started or joined
+        # Unclaimed pods given to each group's placement (workflow id → uids): while fewer than
+        # the group's minimum, each is told it waits for the rest.
+        self._unclaimed: dict[str, set[str]] = {}
+        self._unclaimed_in: dict[str, str] = {}  # uid → the workflow id above
         self._delivery: LatestPerKey[Delivery] = LatestPerKey(self._deliver)
         # Pods whose PodGroup does not exist yet: started when it appears.
         self.pod_group_waits = PodGroupWaits(kube, self._pod_group_appeared)
@@ -182,15 +178,15 @@ class PodWatcher:
         claim = claim_of(pod)
         if claim is not None and installation_of(claim) != self.installation:
             return  # another bridge installation's pod
-        legacy = claim is None and bridge_involved(pod)  # placed by a bridge before placement ids
-        start = claim is None and not legacy and wants_placement(event)
+        start = claim is None and wants_placement(event)
         uid = event.pod.uid
         if not start and self.pod_group_waits.waiting(uid):
             self.pod_group_waits.forget(uid)  # bound by someone else, finished or being deleted
-        if not (start or claim or legacy):
+        if not (start or claim):
             return  # bound by someone else, or finished before we ever saw it
         self._refs[uid] = event.pod
         if claim is not None:
+            self._forget_unclaimed(uid)  # its placement took it: no longer waiting for the others
             self._workflow_of[uid] = workflow_id_of(claim)
             self._follow_job(uid, pod, claim, finished=event.terminal)
         # Only what a placement acts on is worth a signal (each is a billable action):
@@ -221,6 +217,7 @@ class PodWatcher:
 
     def _observe_gone(self, pod: PodRef) -> None:
         self.pod_group_waits.forget(pod.uid)
+        self._forget_unclaimed(pod.uid)
         self._refs.pop(pod.uid, None)
         self._signature.pop(pod.uid, None)
         self._started.discard(pod.uid)
@@ -231,13 +228,12 @@ class PodWatcher:
         if pod.uid in self._workflow_of:
             self._delivery.submit(pod.uid, (PodEvent(pod=pod, gone=True), None, False))
 
-    async def _group_of(self, pod: Json, ref: PodRef, *, start: bool) -> grouping.Group:
+    async def _group_of(self, pod: Json, ref: PodRef) -> grouping.Group:
+        """The pod's group; PodGroupNotFound when it names a PodGroup that does not exist yet."""
         try:
             return await grouping.resolve(KubeReader(self.kube), pod)
         except grouping.PodGroupNotFound:
-            if start:
-                raise  # it waits for its group
-            return solo_group(ref)
+            raise  # it waits for its group
         except grouping.GroupError as error:
             # Placed alone, so its translation reports the problem on the pod.
             log.info("pod %s: %s", ref.key, error)
@@ -247,23 +243,20 @@ class PodWatcher:
         event, pod, start = item
         wid = self._workflow_of.get(uid)
         group = None
-        if wid is None and pod is not None:
+        if wid is None and pod is not None and start:
             try:
-                group = await self._group_of(pod, event.pod, start=start)
+                group = await self._group_of(pod, event.pod)
             except grouping.PodGroupNotFound as missing:
                 await self._wait_for_pod_group(missing, pod, event.pod)
                 return
-            if start:
-                wid = group_workflow_id(group, self.installation)
-            else:  # legacy: the old id, and its job (whose comment is that id) to follow
-                wid = legacy_workflow_id(group)
-                self._follow_job(uid, pod, wid)
-                self._workflow_of[uid] = wid
+            wid = group_workflow_id(group, self.installation)
         if wid is None:
             return
         if event.gone:
             self._workflow_of.pop(uid, None)
         if start and group is not None:
+            # Told before its placement hears of it: the condition can never land after a binding.
+            await self._tell_if_incomplete(wid, group, event.pod)
             await start_placement_workflow(
                 self.temporal,
                 event,
@@ -287,6 +280,34 @@ class PodWatcher:
             # No running placement: it finished, or never existed. Nothing to do.
             return
         self.signals += 1
+
+    async def _tell_if_incomplete(self, wid: str, group: grouping.Group, ref: PodRef) -> None:
+        """A pod that joins a group still short of its minimum is told it waits for the rest, as
+        kube-scheduler's coscheduling tells a pod without enough siblings (best effort)."""
+        if group.min_pods <= 1:
+            return
+        unclaimed = self._unclaimed.setdefault(wid, set())
+        unclaimed.add(ref.uid)
+        self._unclaimed_in[ref.uid] = wid
+        if len(unclaimed) >= group.min_pods or self.tell is None:
+            return
+        message = (
+            f"waiting for the other pods of {group.kind} {group.namespace}/{group.name}: its Slurm job "
+            f"is submitted once {group.min_pods} of its pods exist; {len(unclaimed)} did when this pod came"
+        )
+        try:
+            await self.tell(ref, WAITING_FOR_GROUP_MEMBERS, message, warning=False)
+        except KubeError as error:
+            log.info("pod %s: not told it waits for its group: %s", ref.key, error)
+
+    def _forget_unclaimed(self, uid: str) -> None:
+        wid = self._unclaimed_in.pop(uid, None)
+        if wid is None:
+            return
+        unclaimed = self._unclaimed[wid]
+        unclaimed.discard(uid)
+        if not unclaimed:
+            del self._unclaimed[wid]
 
     async def _wait_for_pod_group(self, missing: grouping.PodGroupNotFound, pod: Json, ref: PodRef) -> None:
         """Not placed alone: the pod waits, told why, until its PodGroup is created."""

@@ -11,6 +11,7 @@ from pydantic import AliasChoices, Field, ValidationError, ValidationInfo, field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from bridge import keys
+from bridge.device_classes import DEFAULT_DEVICE_CLASSES, DeviceClasses, parse_device_classes
 from bridge.policy import PolicyPath
 from bridge.slurm_api import API_VERSION, ApiVersion
 
@@ -228,6 +229,24 @@ class WorkerSettings(LeaseSettings, TemporalSettings):
         description="per-namespace tenant policy (YAML), re-read when it changes; none if unset",
         validation_alias=env("TENANT_POLICY_FILE", "tenant_policy_file"),
     )
+
+    # The DRA DeviceClasses pods may ask for (deviceclass.resource.kubernetes.io/<class>) and
+    # what each becomes in Slurm (docs/dra.md); the webhook reads the same setting.
+    dra_device_classes: str = Field(
+        str(DEFAULT_DEVICE_CLASSES),
+        description="honoured DRA DeviceClasses: <class>=cpu or <class>=<gres>[:<type>], comma-separated; "
+        "empty: none",
+        validation_alias=env("DRA_DEVICE_CLASSES", "dra_device_classes"),
+    )
+
+    @field_validator("dra_device_classes")
+    @classmethod
+    def _device_classes(cls, value: str) -> str:
+        return str(parse_device_classes(value))  # the canonical form; a mistake is a ValueError
+
+    @property
+    def device_classes(self) -> DeviceClasses:
+        return parse_device_classes(self.dra_device_classes)
 
     # This installation's name in every placement id and Slurm job comment: two bridges
     # sharing one Slurm (and one MCS label) never touch each other's jobs.

@@ -26,8 +26,9 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities.slurm_client import SlurmUnavailable
 from activities.slurm_health import SlurmHealth
+from bridge import keys
 from bridge import search_attributes as sa
-from workflows.placement import LEAN_TYPES_CLAUSE, WAITING_FOR_SLURM, PlacementWorkflow
+from workflows.placement import WAITING_FOR_SLURM, PlacementWorkflow
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ def waiting_query(task_queue: str) -> str:
     """The running placements of this bridge (its task queue) that wait for Slurm."""
     queue = task_queue.replace("'", "")
     return (
-        f"{LEAN_TYPES_CLAUSE} AND ExecutionStatus = 'Running' "
+        f"{keys.PLACEMENT_TYPE_CLAUSE} AND ExecutionStatus = 'Running' "
         f"AND {sa.PLACEMENT_PHASE.name} = '{WAITING_FOR_SLURM}' AND TaskQueue = '{queue}'"
     )
 

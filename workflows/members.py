@@ -1,8 +1,7 @@
-"""What every placement workflow knows about its pods, whatever its version.
+"""What the placement workflow knows about its pods.
 
-Pure bookkeeping over the pod watcher's signals (no commands), shared by the
-frozen v1 workflow and today's: the group's members, the latest facts per pod,
-and the questions both ask of them.
+Pure bookkeeping over the pod watcher's signals (no commands): the group's
+members, the latest facts per pod, and the questions the placement asks of them.
 """
 
 from datetime import datetime

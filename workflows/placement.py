@@ -11,23 +11,24 @@ job watcher signal changes, and the workflow sleeps on `wait_condition`.
 Signals are hints, never verdicts: `bind` reads the job afresh before binding,
 and an ended job is read again before its pods are removed.
 
-`bind` runs as a local activity in type `PlacementV3` (new placements): it
-starts in the workflow task the job's signal wakes, with no round trip through
-the server, and the workflow goes on in that task (one workflow task and five
-history events less per placement). Type `Placement` (placements started
-before) schedules it as an ordinary activity; both types run this code.
+`bind` runs as a local activity: it starts in the workflow task the job's signal
+wakes, with no round trip through the server, and the workflow goes on in that
+task (one workflow task and five history events less per placement than an
+ordinary activity).
 
 A placement lives as long as its pods (months, for an inference server): its
 re-check backs off, and it continues-as-new with its state before its history
-grows large, keeping its workflow id and placement id. Placements started
-before these types existed run the frozen PlacementWorkflowV1 (placement_v1.py).
+grows large, keeping its workflow id and placement id.
+
+One workflow type, named like this class, with no patches: a change to the
+commands it issues follows docs/architecture.md, "Workflow versioning".
 """
 
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import Any, ClassVar, TypeGuard
+from typing import Any, TypeGuard
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -57,13 +58,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.members import GroupMembers, PlacementFailed
 
-# New command sequences are new workflow types, not patches, so new placements pay no patch
-# marker upsert (docs/architecture.md): `PlacementWorkflow` in workflows/placement_v1.py was the
-# first flow, `Placement` the lean rewrite, `PlacementV3` binds with a local activity.
 WORKFLOW_TYPE = keys.PLACEMENT_WORKFLOW_TYPE
-V2_WORKFLOW_TYPE = keys.PLACEMENT_V2_WORKFLOW_TYPE
-# The types that run this module (the frozen v1 has no nodes_changed or slurm_available).
-LEAN_TYPES_CLAUSE = keys.workflow_types_clause((WORKFLOW_TYPE, V2_WORKFLOW_TYPE))
 DEFAULT_RECHECK = timedelta(minutes=10)
 RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
 ATTEMPT_TIMEOUT = timedelta(seconds=60)
@@ -76,8 +71,6 @@ ONE_TRY = RetryPolicy(maximum_attempts=1)
 STUCK_PAUSE = timedelta(minutes=1)
 EVICTION_RETRY = timedelta(seconds=10)
 LEAVING_POLL = timedelta(seconds=1)
-# Patch: an activity's older read of a job no longer replaces a later stage told by signal.
-KEEP_NEWER_JOB_VIEW = "keep-newer-job-view"
 # The safety re-check backs off while nothing changes: a bound pod costs a few actions a day.
 MAX_RECHECK = timedelta(hours=6)
 # Phases in which a job_changed signal is the latest word on the job for `status`; in
@@ -87,21 +80,19 @@ FOLLOWING_PHASES = frozenset({"Submitted", "Pending", "Running", "Bound"})
 # gate's `slurm_available` signal. The leader's waker signals again a few seconds after a
 # recovery and looks for waiting placements every 30 s, so this timer is a last resort for a
 # waker that is gone; each firing while Slurm is still away costs two actions, so it is long.
-SLURM_GATE_PATCH = "slurm-health-gate"
 WAITING_FOR_SLURM = "WaitingForSlurm"  # its PlacementPhase while it waits
 SLURM_WAIT_FIRST = timedelta(minutes=5)
 SLURM_WAIT_MAX = timedelta(minutes=30)
-# Patch: a run whose pods all finished or went before it submitted still runs prepare_and_submit.
-# A reset run told first that its pods finished ended Done before it, leaving the job the earlier
-# run had submitted and the finalizers; the step cancels and drops them.
-GONE_GROUP_PATCH = "gone-group-still-released"
 
 
-class _PlacementFlow(GroupMembers):
-    """The flow of types `PlacementV3` and `Placement`; each subclass below is one type."""
-
-    # Whether `bind` is a local activity: fixed per type, so a history never changes its mind.
-    bind_locally: ClassVar[bool] = False
+# Run outside the SDK's sandbox in production: a sandboxed run re-executes this module for
+# every placement, which cost ~50 KiB of memory per cached placement and CPU on every start
+# (docs/performance.md). The sandbox only guards against non-deterministic calls; the test
+# suite runs this workflow inside it (Bridge.sandbox_every_workflow), and replay against the
+# golden histories guards determinism as before.
+@workflow.defn(name=WORKFLOW_TYPE, sandboxed=False)
+class PlacementWorkflow(GroupMembers):
+    """The placement of one pod group, from its first pod to its release."""
 
     @workflow.init
     def __init__(self, request: PlacementRequest) -> None:
@@ -116,7 +107,6 @@ class _PlacementFlow(GroupMembers):
         self.jobs: dict[int, JobEvent] = {}
         self.recheck = DEFAULT_RECHECK
         self._changes = 0
-        # v2 only.
         self.newcomers: dict[str, PodRef] = {}  # pods that joined after submission: the next generation
         self._told_newcomers: set[str] = set()
         self.slurm_nodes: list[str] = []
@@ -193,7 +183,8 @@ class _PlacementFlow(GroupMembers):
 
     # -- the placement -------------------------------------------------------
 
-    async def _place(self, request: PlacementRequest) -> PlacementState:
+    @workflow.run
+    async def run(self, request: PlacementRequest) -> PlacementState:
         try:
             if request.carry is None and not await self._prepare():
                 return self.state
@@ -234,9 +225,6 @@ class _PlacementFlow(GroupMembers):
         live = {p.uid: p for p in self._live_members()}
         if live:
             self.members = live
-        elif not workflow.patched(GONE_GROUP_PATCH):
-            self._set_phase("Done", "every pod of the group was deleted before the group was complete")
-            return False
         # else: no pod left to place, but an earlier run (a reset, a retry) may have claimed them
         # and submitted. The step still runs: it finds them finished or gone, cancels the jobs of
         # the placement when told it recovers, and drops the finalizers. Decided without the run
@@ -320,7 +308,7 @@ class _PlacementFlow(GroupMembers):
                         placement_id=self.placement_id(),
                     ),
                     summary=f"bind to the nodes of Slurm job {job_id}",
-                    local=self.bind_locally,
+                    local=True,
                 )
                 self._note_job(result.job)
                 if result.nodes:
@@ -704,7 +692,7 @@ class _PlacementFlow(GroupMembers):
         what it said once, so the placement would wait for the safety re-check (10 minutes).
         """
         held = self.jobs.get(job.job_id)
-        if held is not None and held.progress > job.progress and workflow.patched(KEEP_NEWER_JOB_VIEW):
+        if held is not None and held.progress > job.progress:
             return
         self.jobs[job.job_id] = job
         self.state.job_state = job.summary
@@ -771,8 +759,7 @@ class _PlacementFlow(GroupMembers):
                 return result
             except ActivityError as error:
                 cause = error.cause
-                # Never on the normal path: the patch marker is written only once Slurm was away.
-                if _is_slurm_away(cause) and workflow.patched(SLURM_GATE_PATCH):
+                if _is_slurm_away(cause):
                     await self._wait_for_slurm(summary, cause.message)
                     # The next try is a new activity (its attempt 1): a submission whose answer was
                     # lost may have reached Slurm, so it looks for this placement's job first.
@@ -849,34 +836,6 @@ class _PlacementFlow(GroupMembers):
                 schedule_to_close_timeout=timedelta(seconds=60),
                 summary="report a stuck step",
             )
-
-
-# Run outside the SDK's sandbox in production: a sandboxed run re-executes this module for
-# every placement, which cost ~50 KiB of memory per cached placement and CPU on every start
-# (docs/performance.md). The sandbox only guards against non-deterministic calls; the test
-# suite runs these workflows inside it (Bridge.sandbox_every_workflow), and replay against the
-# golden histories guards determinism as before.
-@workflow.defn(name=WORKFLOW_TYPE, sandboxed=False)
-class PlacementWorkflow(_PlacementFlow):
-    """Type `PlacementV3`, what the bridge starts: `bind` runs as a local activity."""
-
-    bind_locally = True
-
-    @workflow.run
-    async def run(self, request: PlacementRequest) -> PlacementState:
-        return await self._place(request)
-
-
-@workflow.defn(name=V2_WORKFLOW_TYPE, sandboxed=False)
-class PlacementWorkflowV2(_PlacementFlow):
-    """Type `Placement`, started before PlacementV3: `bind` is an ordinary activity. Nothing
-    starts it any more; it stays registered while such placements run (docs/architecture.md)."""
-
-    bind_locally = False
-
-    @workflow.run
-    async def run(self, request: PlacementRequest) -> PlacementState:
-        return await self._place(request)
 
 
 def _is_slurm_away(cause: BaseException | None) -> TypeGuard[ApplicationError]:

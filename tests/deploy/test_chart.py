@@ -12,6 +12,7 @@ import helm_python as helm
 import pytest
 from pydantic import AliasChoices
 
+from bridge.device_classes import DEFAULT_DEVICE_CLASSES, parse_device_classes
 from bridge.labels import parse_selector, selector_from_object
 from tests.deploy.chart import (
     CHART,
@@ -284,6 +285,41 @@ def test_webhook_configuration_is_what_the_webhook_reads(variant: tuple[str, lis
         assert "MANAGED_NAMESPACE_SELECTOR" not in env
         namespaces = VARIANTS[name].get("webhook", {}).get("managedNamespaces", ["slurm-bridge"])
         assert env["MANAGED_NAMESPACES"] == ",".join(namespaces)
+
+
+def _dra_settings(values: dict[str, Any]) -> tuple[str, str]:
+    """DRA_DEVICE_CLASSES as the worker's ConfigMap and the webhook's container carry it."""
+    documents = manifests(values)
+    worker = one(documents, "ConfigMap")["data"]["DRA_DEVICE_CLASSES"]
+    webhook = env_of(one(documents, "Deployment", "slurm-bridge-webhook"), "webhook")["DRA_DEVICE_CLASSES"]
+    return str(worker), webhook
+
+
+def test_dra_device_classes_reach_the_worker_and_the_webhook_alike() -> None:
+    # The default list is the bridge's own default: the chart changes nothing by itself.
+    worker, webhook = _dra_settings({})
+    assert worker == webhook
+    assert parse_device_classes(worker) == DEFAULT_DEVICE_CLASSES
+
+    classes = [
+        {"name": "gpu.h100.example.com", "gres": {"name": "gpu", "type": "h100"}},
+        {"name": "gpu.nvidia.com", "gres": {"name": "gpu", "type": ""}},
+        {"name": "nic.example.com", "gres": {"name": "nic"}},
+        {"name": "dra.cpu", "slurm": "cpu"},
+    ]
+    worker, webhook = _dra_settings({"dra": {"deviceClasses": classes}})
+    assert worker == webhook
+    assert str(parse_device_classes(worker)) == (
+        "dra.cpu=cpu,gpu.h100.example.com=gpu:h100,gpu.nvidia.com=gpu,nic.example.com=nic"
+    )
+    # None listed: no class is honoured (the processes read "" so).
+    assert _dra_settings({"dra": {"deviceClasses": []}}) == ("", "")
+
+
+def test_a_device_class_listed_twice_fails_the_render() -> None:
+    twice = [{"name": "dra.cpu", "slurm": "cpu"}, {"name": "dra.cpu", "gres": {"name": "gpu"}}]
+    with pytest.raises(helm.HelmError, match=r"dra\.deviceClasses: dra\.cpu is listed twice"):
+        render({"dra": {"deviceClasses": twice}})
 
 
 def _webhook_routes() -> set[str]:

@@ -33,7 +33,12 @@ WORKER = grants(
     ("resource.k8s.io", ["deviceclasses", "resourceslices"], ["list"]),
 )
 WORKER_LEASES = grants(("coordination.k8s.io", ["leases"], ["get", "create", "update"]))
-WEBHOOK = grants(("", ["namespaces"], ["get", "list", "watch"]))
+WEBHOOK = grants(
+    ("", ["namespaces"], ["get", "list", "watch"]),
+    # The cluster's DeviceClasses (list + watch into a cache, a get for one not cached yet):
+    # a pod asking for one that does not exist is refused (webhook/device_classes.py).
+    ("resource.k8s.io", ["deviceclasses"], ["get", "list", "watch"]),
+)
 
 
 def granted(role: Manifest) -> set[Grant]:
@@ -79,7 +84,7 @@ def test_worker_gets_exactly_its_verbs() -> None:
     assert worker["spec"]["template"]["spec"]["serviceAccountName"] == "slurm-bridge"
 
 
-def test_webhook_only_reads_namespaces() -> None:
+def test_webhook_only_reads_namespaces_and_device_classes() -> None:
     documents = manifests()
     assert granted(one(documents, "ClusterRole", "slurm-bridge-webhook")) == WEBHOOK
     assert bound_to(documents, "ClusterRoleBinding", "slurm-bridge-webhook") == {

@@ -31,6 +31,9 @@ import pytest
 
 from activities.kube import KubeActivities, KubeSettings
 from activities.kube_client import load_configuration
+from activities.placement import PlacementActivities
+from activities.slurm import SlurmActivities
+from activities.slurm_client import SlurmClient
 from bridge import keys
 from bridge.models import PodRef
 from tests.deploy.chart import Manifest, container, env_of, manifests, one
@@ -337,6 +340,44 @@ def test_a_bad_pod_is_denied_with_the_webhook_message(admission: Admission, case
     assert admission.cluster.get_object("pods", "bad", ns) is None
 
 
+def test_a_dra_pod_is_refused_where_the_api_server_serves_no_device_classes(admission: Admission) -> None:
+    # kube-apiserver 1.28 serves no resource.k8s.io: the webhook, reading DeviceClasses with the
+    # chart's RBAC and its own token, takes the plain-text 404 as "no DeviceClasses". (The API
+    # server's own validation refuses such a pod before calling validating webhooks in 1.28, so
+    # the review goes to the webhook directly, as the API server of a 1.34 cluster without DRA
+    # would send it.)
+    pod = make_pod(admission.managed, "dra")
+    pod["spec"]["containers"][0]["resources"] = {"limits": {keys.DRA_RESOURCE_PREFIX + "gpu.nvidia.com": "1"}}
+    sent = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "dra-1",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "name": "dra",
+            "namespace": admission.managed,
+            "operation": "CREATE",
+            "userInfo": {"username": "admin"},
+            "object": pod,
+        },
+    }
+    webhook = admission.webhook
+    answer = httpx.post(
+        f"https://127.0.0.1:{webhook.port}/validate",
+        json=sent,
+        verify=ssl.create_default_context(cafile=str(webhook.ca_file)),
+        timeout=10,
+    )
+    response = answer.raise_for_status().json()["response"]
+    assert not response["allowed"]
+    message = response["status"]["message"]
+    assert (
+        "asks for DeviceClass gpu.nvidia.com, but this cluster does not serve resource.k8s.io/v1" in message
+    )
+    assert "cannot tell" not in message  # the webhook's token may read DeviceClasses: no 403
+
+
 # -- the webhook is down --------------------------------------------------------------------------
 
 
@@ -353,7 +394,12 @@ async def test_with_the_webhook_stopped_only_what_concerns_slurm_waits(
         for name in ("claimed", "held"):
             pod = cluster.create_object("pods", make_pod(managed, name))
             refs.append(PodRef(namespace=managed, name=name, uid=pod["metadata"]["uid"]))
-        assert await activities.add_finalizer(refs) == refs
+        steps = PlacementActivities(
+            activities, SlurmActivities(SlurmClient("http://127.0.0.1:9", user_name=None, token_file=None))
+        )
+        for ref in refs:
+            placement = f"placement/slurm-bridge/{managed}/{ref.name}/{ref.uid}@{ref.uid}"
+            assert await steps._claim(ref, placement) is not None
         claimed = refs[0]
 
         admission.webhook.stop()

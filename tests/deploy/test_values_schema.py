@@ -87,6 +87,22 @@ BAD_VALUES = {
     "no cert-manager and no CA bundle": {"webhook": {"certManager": {"enabled": False}}},
     "memory that is not a quantity": {"worker": {"resources": {"limits": {"memory": "lots"}}}},
     "log level": {"worker": {"logLevel": "verbose"}},
+    # A DeviceClass is CPUs or a GRES, never both or neither; the GRES as Slurm can be asked for it.
+    "device class both cpu and gres": {
+        "dra": {"deviceClasses": [{"name": "dra.cpu", "slurm": "cpu", "gres": {"name": "gpu"}}]}
+    },
+    "device class with no Slurm meaning": {"dra": {"deviceClasses": [{"name": "dra.cpu"}]}},
+    "device class whose slurm is not cpu": {"dra": {"deviceClasses": [{"name": "a.b", "slurm": "gpu"}]}},
+    "device class as a GRES named cpu": {
+        "dra": {"deviceClasses": [{"name": "a.b", "gres": {"name": "cpu"}}]}
+    },
+    "GRES type with a colon": {
+        "dra": {"deviceClasses": [{"name": "a.b", "gres": {"name": "gpu", "type": "h100:2"}}]}
+    },
+    "device class name with capitals": {"dra": {"deviceClasses": [{"name": "GPU", "gres": {"name": "gpu"}}]}},
+    "device class name too long for a resource name": {
+        "dra": {"deviceClasses": [{"name": "a" * 64, "gres": {"name": "gpu"}}]}
+    },
 }
 
 

@@ -125,10 +125,13 @@ class Stack:
 
     # -- the bridge ------------------------------------------------------------
 
-    async def start_bridge(self) -> Bridge:
+    async def start_bridge(self, kube_client: KubeClient | None = None) -> Bridge:
+        """`kube_client`: the bridge's own client, when a test gives it another identity or
+        records its requests; by default one with the stack's kubeconfig (cluster admin)."""
         from activities.kube_client import load_configuration
 
-        kube_client = KubeClient(await load_configuration(str(self.kubeconfig)))
+        if kube_client is None:
+            kube_client = KubeClient(await load_configuration(str(self.kubeconfig)))
         self.bridge = Bridge(
             self.temporal, kube_client, self.slurm, self.settings, sandbox_every_workflow=True
         )

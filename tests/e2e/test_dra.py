@@ -24,9 +24,11 @@ DRA_CPU = keys.DRA_RESOURCE_PREFIX + keys.DRA_CPU_CLASS
 SHARED = {keys.SLURMJOB_PREFIX + "exclusive": "false"}
 
 
-def publish_devices(stack: Stack, node: str, gpu_indexes: dict[str, int], cpus: int) -> None:
+def publish_devices(
+    stack: Stack, node: str, gpu_indexes: dict[str, int], cpus: int, gpu_class: str = GPU_CLASS
+) -> None:
     """DeviceClasses, and the node's ResourceSlices as the two DRA drivers would publish them."""
-    for name in (GPU_CLASS, keys.DRA_CPU_CLASS):
+    for name in (gpu_class, keys.DRA_CPU_CLASS):
         if stack.kube.get_object("deviceclasses.resource.k8s.io", name) is not None:
             continue
         selector = {"cel": {"expression": f"device.driver == '{name}'"}}
@@ -48,7 +50,7 @@ def publish_devices(stack: Stack, node: str, gpu_indexes: dict[str, int], cpus: 
         }
         for cpu in reversed(range(cpus))
     ]
-    for driver, devices in ((GPU_CLASS, gpus), (keys.DRA_CPU_CLASS, cpu_devices)):
+    for driver, devices in ((gpu_class, gpus), (keys.DRA_CPU_CLASS, cpu_devices)):
         stack.kube.create_object(
             "resourceslices.resource.k8s.io",
             {
@@ -231,3 +233,56 @@ async def test_each_pod_of_a_group_gets_its_own_nodes_devices_and_an_ended_job_t
     for name in names:
         await stack.wait_pod(name, finished_cleanly, timeout=60)
     await stack.kube.wait_for_async(lambda: claims(stack) == [], timeout=30)
+
+
+async def test_a_class_the_operator_adds_is_asked_for_and_pinned_as_the_setting_says(
+    make_stack: StackFactory,
+) -> None:
+    # DRA_DEVICE_CLASSES names another GPU driver's class, untyped: asked for as gres/gpu, pinned
+    # to the GRES index Slurm allocated, like the default classes.
+    acme = "gpu.acme.example.com"
+    stack = await make_stack(nodes=1, cpus=4, gres="gpu:2", dra_device_classes=f"{acme}=gpu,dra.cpu=cpu")
+    (node,) = stack.partition.node_names
+    publish_devices(stack, node, {"acme-b": 0, "acme-a": 1}, cpus=4, gpu_class=acme)
+    gpu_pod(stack, "plain")  # takes GPU 0
+    await stack.wait_pod("plain", bound)
+
+    dra_pod(stack, "dra", {keys.DRA_RESOURCE_PREFIX + acme: "1", "cpu": "1", "memory": "64Mi"}, SHARED)
+    pod = await stack.wait_pod("dra", bound)
+
+    job_id = job_id_of(pod)
+    assert job_id is not None
+    assert (await stack.slurm.get_job(job_id)).model_dump(mode="json")["tres_per_node"] == "gres/gpu=1"
+    [claim] = claims(stack)
+    [result] = claim["status"]["allocation"]["devices"]["results"]
+    assert (result["driver"], result["device"]) == (acme, "acme-a")  # Slurm's GPU 1
+    [request] = claim["spec"]["devices"]["requests"]
+    assert request["exactly"]["deviceClassName"] == acme
+    await finish(stack, "dra")
+    await finish(stack, "plain")
+
+
+async def test_a_typed_class_asks_slurm_for_the_typed_gres(make_stack: StackFactory) -> None:
+    # The class as gres gpu:h100. The bed's GPUs are untyped (docs/slurm-testbed.md, "Typed GRES"),
+    # where Slurm refuses a typed request at submission (2014): the job sent asked for the type,
+    # which an untyped gres/gpu=1 on this 2-GPU node would not have been refused for.
+    stack = await make_stack(nodes=1, cpus=4, gres="gpu:2", dra_device_classes=f"{GPU_CLASS}=gpu:h100")
+    (node,) = stack.partition.node_names
+    publish_devices(stack, node, {"gpu-a": 0, "gpu-b": 1}, cpus=4)
+
+    created = dra_pod(stack, "typed", {DRA_GPU: "1", "cpu": "1"}, {})
+
+    def refused(pod: Pod | None) -> bool:
+        conditions = ((pod or {}).get("status") or {}).get("conditions") or []
+        return any(c["type"] == "PodScheduled" and c.get("reason") == "SlurmRejected" for c in conditions)
+
+    await stack.wait_pod("typed", refused)
+    with pytest.raises(WorkflowFailureError) as failure:
+        await stack.handle(created).result()
+    assert "Slurm rejected the job" in str(failure.value.cause)
+    pod = await stack.wait_pod("typed", finished_cleanly)
+    [condition] = [c for c in pod["status"]["conditions"] if c["type"] == "PodScheduled"]
+    assert (condition["status"], condition["reason"]) == ("False", "SlurmRejected")
+    assert "Requested node configuration is not available" in condition["message"]
+    assert bound(pod) is None
+    assert claims(stack) == []

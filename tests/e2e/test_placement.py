@@ -29,7 +29,7 @@ from worker.operations import RetryRefused, retry_placement
 from workflows.placement import PlacementWorkflow
 
 pytestmark = pytest.mark.slurm
-GOLDEN_HISTORY = Path(__file__).parent.parent / "histories" / "placement-v3-bound-done.json"
+GOLDEN_HISTORY = Path(__file__).parent.parent / "histories" / "placement-bound-done.json"
 
 
 def scheduled_condition(pod: Pod | None) -> dict[str, Any] | None:

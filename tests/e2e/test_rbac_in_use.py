@@ -60,6 +60,18 @@ def test_paths_map_to_what_an_authorizer_checks() -> None:
         "leases",
         "update",
     )
+    # Cluster-scoped, in a group: the webhook's DeviceClass cache.
+    classes = "/apis/resource.k8s.io/v1/deviceclasses"
+    assert authorized_as(request("GET", f"{classes}/gpu.nvidia.com")) == (
+        "resource.k8s.io",
+        "deviceclasses",
+        "get",
+    )
+    assert authorized_as(request("GET", classes, watch="true")) == (
+        "resource.k8s.io",
+        "deviceclasses",
+        "watch",
+    )
 
 
 async def test_every_request_of_a_placement_is_granted_by_the_chart(make_stack: StackFactory) -> None:

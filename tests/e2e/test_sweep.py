@@ -282,8 +282,8 @@ async def test_foreign_jobs_other_installations_jobs_and_running_placements_are_
         "other installation": await submit_held(
             stack.slurm, partition, f"placement/{installation()}/{ns}/ghost/x@x", ghost
         ),
-        # An old-format comment: any bridge's, so none decides about it.
-        "old format": await submit_held(stack.slurm, partition, f"placement/{ns}/ghost/x", ghost),
+        # A `placement/` comment with neither installation nor generation: no placement id.
+        "no placement id": await submit_held(stack.slurm, partition, f"placement/{ns}/ghost/x", ghost),
     }
     try:
         result = await sweep(stack)

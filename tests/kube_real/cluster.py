@@ -45,7 +45,9 @@ Json = dict[str, Any]
 T = TypeVar("T")
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 # Groups of custom resources a test may use: installed on first use (tests/kube_real/crds.py).
-CUSTOM_GROUPS = frozenset({"scheduling.x-k8s.io", "jobset.x-k8s.io", "leaderworkerset.x-k8s.io"})
+CUSTOM_GROUPS = frozenset(
+    {"scheduling.x-k8s.io", "jobset.x-k8s.io", "leaderworkerset.x-k8s.io", "trainer.kubeflow.org"}
+)
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,11 @@
 """The custom resources the bridge reads, installed in the real API server for tests.
 
-Structural stand-ins for the CRDs that scheduler-plugins (PodGroup), JobSet and
-LeaderWorkerSet install: the same groups, versions, kinds, scope and status
-subresource, with `spec` and `status` left open (`x-kubernetes-preserve-unknown-fields`).
-The bridge reads a handful of their fields and never writes them but a PodGroup's
-status, so the full published schemas would test those projects' validation, not ours.
+Structural stand-ins for the CRDs that scheduler-plugins (PodGroup), JobSet,
+LeaderWorkerSet and Kubeflow Trainer (TrainJob) install: the same groups, versions,
+kinds, scope and status subresource, with `spec` and `status` left open
+(`x-kubernetes-preserve-unknown-fields`). The bridge reads a handful of their fields
+and never writes them but a PodGroup's status (a TrainJob it never reads at all), so
+the full published schemas would test those projects' validation, not ours.
 """
 
 from typing import Any
@@ -18,6 +19,7 @@ STAND_INS: tuple[tuple[str, str, str, str], ...] = (
     ("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup"),
     ("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet"),
     ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", "LeaderWorkerSet"),
+    ("trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob"),
 )
 
 

@@ -67,12 +67,10 @@ class Placements:
         self.task_queue = task_queue
         self.handles: list[WorkflowHandle[object, object]] = []
 
-    def new_id(self, installation: str | None = INSTALLATION) -> tuple[str, str]:
-        """(placement id, pod key) of a new placement; installation None: the old id format."""
+    def new_id(self, installation: str = INSTALLATION) -> tuple[str, str]:
+        """(placement id, pod key) of a new placement."""
         token = secrets.token_hex(4)
         key = f"ns-{token}/pod-{token}"
-        if installation is None:
-            return f"placement/{key}/uid-{token}", key
         return f"placement/{installation}/{key}/uid-{token}@gen-{token}", key
 
     async def start(self, placement_id: str) -> WorkflowHandle[object, object]:
@@ -274,40 +272,6 @@ async def test_a_job_slurm_does_not_know_is_gone(
     await one_pass(watcher)
     assert requests.take() == []
     assert len(await placements.told(placement)) == 1
-
-
-async def test_a_job_with_an_old_format_comment_signals_the_comment(
-    slurm: SlurmClient,
-    slurm_bed: SlurmTestBed,
-    slurm_partition: MakePartition,
-    temporal_client: Client,
-    placements: Placements,
-) -> None:
-    partition = slurm_partition()
-    placement_id, pod = placements.new_id(installation=None)
-    assert "@" not in placement_id
-    placement = await placements.start(placement_id)
-    job_id = await bridge_job(slurm, partition.name, placement_id, pod, hold=True)
-    jobs = LiveJobs()
-    jobs.track(job_id, placement_id)
-    watcher = watcher_for(slurm, temporal_client, jobs)
-
-    await one_pass(watcher)
-
-    assert placement.id == placement_id  # old format: the comment is the workflow id
-    [told] = await placements.told(placement)
-    assert told.job_id == job_id
-    assert told.states == ["PENDING"]
-
-    # Its placement runs the first workflow, which takes the nodes from the signal: the
-    # start is read, not told from the state probe alone.
-    await asyncio.to_thread(slurm_bed.scontrol, "release", str(job_id))
-    await poll_until(watcher, lambda: watcher.signals == 2, "told RUNNING")
-    [_, running] = await placements.told(placement)
-    assert running.states == ["RUNNING"]
-    assert running.nodes == partition.node_names
-    assert watcher.started_unread == 0
-    await slurm.cancel_job(job_id)
 
 
 async def test_a_closed_placement_stops_the_following(

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from bridge import keys
+from bridge import grouping, keys
 from bridge.grouping import Kind
 from bridge.translate import Defaults
 from worker.explain import ExplainError, MemoryReader, explain, load_objects
@@ -409,3 +409,84 @@ async def test_dra_requests_show_the_gres_and_cpus_they_become() -> None:
     ]
     [plain] = await jobs(pod("plain"))
     assert plain.dra_devices == []
+
+
+async def test_leader_worker_set_pods_as_its_controller_owns_them_form_one_group() -> None:
+    # The LeaderWorkerSet controller's ownership: the LWS owns the leader StatefulSet, which owns
+    # the leader pods; each leader pod owns its group's worker StatefulSet, which owns the workers.
+    lws = obj("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "llm", leaderWorkerTemplate={"size": 3})
+    leaders = obj("apps/v1", "StatefulSet", "llm")
+    leaders["metadata"]["ownerReferences"] = owner(lws)
+    labels = {
+        "leaderworkerset.sigs.k8s.io/name": "llm",
+        "leaderworkerset.sigs.k8s.io/group-index": "0",
+        "leaderworkerset.sigs.k8s.io/group-key": "k0",
+    }
+    leader = pod("llm-0", leaders, {**labels, "leaderworkerset.sigs.k8s.io/worker-index": "0"})
+    workers = obj("apps/v1", "StatefulSet", "llm-0")
+    workers["metadata"]["ownerReferences"] = owner(leader)
+    members = [
+        pod(f"llm-0-{i}", workers, {**labels, "leaderworkerset.sigs.k8s.io/worker-index": str(i)})
+        for i in (1, 2)
+    ]
+
+    [explained] = await jobs(lws, leaders, leader, workers, *members)
+    assert explained.kind == "LeaderWorkerSet"
+    assert explained.pods == ["default/llm-0", "default/llm-0-1", "default/llm-0-2"]
+    assert (explained.min_pods, explained.job_desc_msg["nodes"]) == (3, "3")
+
+
+async def test_a_group_of_unequal_pods_says_what_sizing_by_the_largest_costs() -> None:
+    group = obj("scheduling.x-k8s.io/v1alpha1", "PodGroup", "mixed", minMember=2)
+    labels = {"scheduling.x-k8s.io/pod-group": "mixed"}
+    big = [{"name": "main", "image": "x", "resources": {"requests": {"cpu": "4", "memory": "1Gi"}}}]
+    [explained] = await jobs(
+        group, pod("mixed-0", labels=labels, containers=big), pod("mixed-1", labels=labels)
+    )
+    assert explained.sizing_note is not None
+    assert explained.sizing_note.startswith(
+        "every node of the job is asked for 4 CPUs: the group's largest pod"
+    )
+    [equal] = await jobs(group, pod("mixed-0", labels=labels), pod("mixed-1", labels=labels))
+    assert equal.sizing_note is None
+
+
+async def test_a_train_jobs_pods_are_grouped_without_reading_the_train_job() -> None:
+    # Trainer's objects: the TrainJob controls its JobSet and (with the coscheduling policy) its
+    # PodGroup; JobSet's Job controls the pod. The bridge has no RBAC for TrainJobs.
+    trainjob = obj("trainer.kubeflow.org/v1alpha1", "TrainJob", "llama")
+    jobset = obj("jobset.x-k8s.io/v1alpha2", "JobSet", "llama")
+    jobset["metadata"]["ownerReferences"] = owner(trainjob)
+    job = obj("batch/v1", "Job", "llama-node-0")
+    job["metadata"]["ownerReferences"] = owner(jobset)
+    pod_group = obj("scheduling.x-k8s.io/v1alpha1", "PodGroup", "llama", minMember=2)
+    pod_group["metadata"]["ownerReferences"] = owner(trainjob)
+    objects = [trainjob, jobset, job, pod_group]
+
+    class Recording(MemoryReader):
+        """The objects, noting the kind of every object read."""
+
+        def __init__(self, objects: list[Obj]) -> None:
+            super().__init__(objects)
+            self.read: list[str] = []
+
+        async def get(self, kind: Kind, namespace: str, name: str) -> Obj | None:
+            self.read.append(kind.kind)
+            return await super().get(kind, namespace, name)
+
+    labelled = [pod(f"llama-node-0-{i}", job, {"scheduling.x-k8s.io/pod-group": "llama"}) for i in (0, 1)]
+    for each in [*objects, *labelled]:
+        each["metadata"]["namespace"] = "default"  # as the API server has them (explain adds it)
+    reader = Recording([*objects, *labelled])
+    [group] = {(await grouping.resolve(reader, p)).key for p in labelled}
+    assert group.startswith("default/podgroup/llama/")
+    assert reader.read == ["PodGroup", "PodGroup"]  # the label decides: no owner is read
+
+    # A runtime without the coscheduling policy: the walk reads the Job and the JobSet and stops
+    # at the TrainJob, unread; each pod is placed on its own, as a JobSet's are.
+    plain = pod("llama-node-0-0", job)
+    plain["metadata"]["namespace"] = "default"
+    reader = Recording([*objects, plain])
+    resolved = await grouping.resolve(reader, plain)
+    assert (resolved.kind, resolved.min_pods) == ("JobSet", 1)
+    assert reader.read == ["Job", "JobSet"]

@@ -311,7 +311,7 @@ async def test_a_reset_run_told_first_that_its_pods_finished_still_releases_what
     if os.environ.get("SLURM_BRIDGE_RECORD_HISTORY"):
         # The reset run's history (tests/unit/test_replay.py replays every golden one).
         history = await again.fetch_history()
-        (HISTORIES / "placement-v3-reset-pods-finished.json").write_text(history.to_json())
+        (HISTORIES / "placement-reset-pods-finished.json").write_text(history.to_json())
     assert [given.recovery for given in stand_ins.prepared] == [False, True]
     assert stand_ins.prepared[-1].request.pods == [POD]
     assert (state.phase, state.history[-1].detail) == (

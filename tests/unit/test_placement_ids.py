@@ -24,12 +24,9 @@ from bridge.models import installation_of, workflow_id_of
             "placement/prod-a/team-a/podgroup/train/77aa",
             "prod-a",
         ),
-        # Old format (no installation, no @): the comment is the workflow id.
-        ("placement/team-a/web-0/0b1c-uid", "placement/team-a/web-0/0b1c-uid", None),
-        ("placement/team-a/lws/llm-0/1f0c", "placement/team-a/lws/llm-0/1f0c", None),
     ],
 )
-def test_placement_id_parts(placement_id: str, workflow_id: str, installation: str | None) -> None:
+def test_placement_id_parts(placement_id: str, workflow_id: str, installation: str) -> None:
     assert workflow_id_of(placement_id) == workflow_id
     assert installation_of(placement_id) == installation
 
@@ -54,8 +51,13 @@ def test_not_a_placement_id(comment: str) -> None:
         "placement//ns/p@gen",
         "placement/prod-a/ns/p@",
         "placement/@",
+        # No generation: the ids of the first bridges, which no bridge writes any more.
+        "placement/team-a/web-0/0b1c-uid",
+        "placement/team-a/lws/llm-0/1f0c",
     ],
 )
-def test_malformed_new_format_is_refused(placement_id: str) -> None:
+def test_malformed_placement_ids_are_refused(placement_id: str) -> None:
     with pytest.raises(ValueError, match="malformed placement id"):
         installation_of(placement_id)
+    with pytest.raises(ValueError, match="malformed placement id"):
+        workflow_id_of(placement_id)

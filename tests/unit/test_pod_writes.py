@@ -15,7 +15,10 @@ from typing import Any
 import pytest
 
 from activities.kube import KubeActivities, KubeSettings
-from activities.kube_client import KubeClient, KubeConflict
+from activities.kube_client import Json, KubeClient, KubeConflict
+from activities.placement import PlacementActivities
+from activities.slurm import SlurmActivities
+from activities.slurm_client import SlurmClient
 from bridge import keys
 from bridge.models import PodRef
 from tests.kube_fake import FakeKubeServer
@@ -29,6 +32,19 @@ async def activities(kube: FakeKubeServer) -> AsyncIterator[KubeActivities]:
     client = KubeClient(kube.aio_configuration())
     yield KubeActivities(client, KubeSettings())
     await client.close()
+
+
+@pytest.fixture
+async def steps(activities: KubeActivities) -> AsyncIterator[PlacementActivities]:
+    # Removing pods never talks to Slurm: a client with nobody behind it.
+    slurm = SlurmClient("http://127.0.0.1:9", user_name=None, token_file=None)
+    yield PlacementActivities(activities, SlurmActivities(slurm))
+    await slurm.close()
+
+
+def job_label(job_id: int) -> Json:
+    """The label `prepare_and_submit` writes on each pod of the job it submitted."""
+    return {"metadata": {"labels": {keys.LABEL_SLURM_JOB_ID: str(job_id)}}}
 
 
 def create(kube: FakeKubeServer) -> PodRef:
@@ -48,22 +64,22 @@ async def test_a_conflict_on_the_pod_itself_fails_the_label_write_for_a_retry(
     ref = create(kube)
     kube.fail_next("PATCH", POD, 409, reason="Conflict")
     with pytest.raises(KubeConflict):
-        await activities.label_job_id([ref], 7)
+        await activities.patch_if_present(ref, job_label(7))
     assert keys.LABEL_SLURM_JOB_ID not in labels(kube)
-    await activities.label_job_id([ref], 7)  # the activity's next attempt
+    await activities.patch_if_present(ref, job_label(7))  # the activity's next attempt
     assert labels(kube)[keys.LABEL_SLURM_JOB_ID] == "7"
 
 
 async def test_a_namesake_is_left_alone_without_an_error(
-    kube: FakeKubeServer, activities: KubeActivities
+    kube: FakeKubeServer, activities: KubeActivities, steps: PlacementActivities
 ) -> None:
     old = create(kube)
     kube.delete_object("pods", "p", "default")
     create(kube)  # same name, another uid
-    await activities.label_job_id([old], 7)
+    assert await activities.patch_if_present(old, job_label(7)) is None
     await activities.set_unschedulable([old], "Unschedulable", "no")
     await activities.remove_finalizer([old])
-    await activities.delete_pods([old], "SlurmJobEnded", "done")
+    assert await steps._evict(old, "SlurmJobEnded", "done", force=True)
     assert keys.LABEL_SLURM_JOB_ID not in labels(kube)
     assert kube.get_object("pods", "p", "default") is not None
 
@@ -78,12 +94,13 @@ async def test_a_conflict_on_the_pod_itself_fails_the_condition_write(
 
 
 async def test_a_conflict_on_the_pod_itself_fails_its_deletion_for_a_retry(
-    kube: FakeKubeServer, activities: KubeActivities
+    kube: FakeKubeServer, steps: PlacementActivities
 ) -> None:
+    """The release's deletion of a pod a disruption budget held too long (`force_delete`)."""
     ref = create(kube)
     kube.fail_next("DELETE", POD, 409, reason="Conflict")
     with pytest.raises(KubeConflict):
-        await activities.delete_pods([ref], "SlurmJobEnded", "the job ended")
+        await steps._evict(ref, "SlurmJobEnded", "the job ended", force=True)
     assert kube.get_object("pods", "p", "default") is not None
-    await activities.delete_pods([ref], "SlurmJobEnded", "the job ended")
+    assert await steps._evict(ref, "SlurmJobEnded", "the job ended", force=True)
     assert kube.get_object("pods", "p", "default") is None

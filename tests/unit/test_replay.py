@@ -1,12 +1,14 @@
-"""Workflow upgrades must not break placements in flight.
+"""Workflow changes must not break placements in flight.
 
-Each golden history is a real placement recorded by tests/e2e/test_placement.py,
-test_slurm_outage.py or (a reset run, on stand-in activities)
-tests/unit/test_placement_failures.py with SLURM_BRIDGE_RECORD_HISTORY=1, one set per workflow type
-(`placement-v1-*`: PlacementWorkflow, `placement-v2-*`: Placement, `placement-v3-*`:
-PlacementV3). Replaying them with today's code fails with a NondeterminismError when a
-change alters the commands an existing history expects: gate such changes with
-`workflow.patched()`, or make the new flow a new type (docs/architecture.md).
+Each golden history is a real placement of today's one placement type
+(`PlacementWorkflow`), recorded with SLURM_BRIDGE_RECORD_HISTORY=1 by
+tests/e2e/test_placement.py (`placement-bound-done.json`), tests/e2e/test_slurm_outage.py
+(`placement-slurm-away.json`) and, a reset run on stand-in activities,
+tests/unit/test_placement_failures.py (`placement-reset-pods-finished.json`). Replaying
+them with today's code fails with a NondeterminismError when a change alters the commands
+an existing history expects. While the project is 0.x such a change records the histories
+again; from the first release on it ships behind `workflow.patched()` or as a new type
+(docs/architecture.md, "Workflow versioning").
 """
 
 from pathlib import Path
@@ -18,9 +20,9 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer, UnsandboxedWorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
+from bridge import keys
 from worker.main import unsandboxed_runner
-from workflows.placement import PlacementWorkflow, PlacementWorkflowV2
-from workflows.placement_v1 import PlacementWorkflowV1
+from workflows.placement import PlacementWorkflow
 
 HISTORIES = Path(__file__).parent.parent / "histories"
 
@@ -30,7 +32,7 @@ async def test_recorded_placements_replay_with_the_current_workflow(sandbox_ever
     files = sorted(HISTORIES.glob("*.json"))
     assert files, "no golden histories"
     replayer = Replayer(
-        workflows=[PlacementWorkflow, PlacementWorkflowV2, PlacementWorkflowV1],
+        workflows=[PlacementWorkflow],
         data_converter=pydantic_data_converter,
         unsandboxed_workflow_runner=unsandboxed_runner(sandbox_every_workflow=sandbox_every_workflow),
     )
@@ -40,9 +42,13 @@ async def test_recorded_placements_replay_with_the_current_workflow(sandbox_ever
         assert result.replay_failure is None, f"{file.name}: {result.replay_failure}"
 
 
+def test_one_placement_type_named_like_its_class() -> None:
+    definition = workflow._Definition.must_from_class(PlacementWorkflow)
+    assert definition.name == keys.PLACEMENT_WORKFLOW_TYPE == PlacementWorkflow.__name__
+
+
 def test_the_placement_runs_unsandboxed_in_production_and_sandboxed_in_tests() -> None:
     """The sandbox cost memory and CPU per placement; the tests keep its guard (worker/main.py)."""
-    for placement in (PlacementWorkflow, PlacementWorkflowV2):
-        assert workflow._Definition.must_from_class(placement).sandboxed is False
+    assert workflow._Definition.must_from_class(PlacementWorkflow).sandboxed is False
     assert isinstance(unsandboxed_runner(sandbox_every_workflow=False), UnsandboxedWorkflowRunner)
     assert isinstance(unsandboxed_runner(sandbox_every_workflow=True), SandboxedWorkflowRunner)

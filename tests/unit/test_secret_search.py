@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tests.secret_search import found_in, history_text, log_texts
 
-GOLDEN = Path(__file__).parent.parent / "histories" / "placement-v2-bound-done.json"
+GOLDEN = Path(__file__).parent.parent / "histories" / "placement-bound-done.json"
 TOKEN = "eyJhbGciOiJIUzI1NiJ9.planted-for-the-test.c2lnbmF0dXJl"
 
 

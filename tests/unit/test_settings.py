@@ -1,3 +1,4 @@
+import re
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,10 @@ def test_flags_override_environment(monkeypatch: pytest.MonkeyPatch, token_file:
         ({"TEMPORAL_ADDRESS": "no-port"}, "must be host:port"),
         ({"JOB_WATCH_INTERVAL": "0"}, "JOB_WATCH_INTERVAL"),
         ({"SLURM_PROBE_INTERVAL": "0"}, "SLURM_PROBE_INTERVAL"),
+        (
+            {"DRA_DEVICE_CLASSES": "gpu.nvidia.com=gpu,gpu.h100.example.com"},
+            'invalid setting DRA_DEVICE_CLASSES: "gpu.h100.example.com" has no "="',
+        ),
     ],
 )
 def test_invalid_configuration_stops_the_worker_with_one_line(
@@ -44,7 +49,7 @@ def test_invalid_configuration_stops_the_worker_with_one_line(
     monkeypatch.setenv("SLURM_JWT_FILE", str(token_file))
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    with pytest.raises(ConfigurationError, match=message):
+    with pytest.raises(ConfigurationError, match=re.escape(message)):
         load_settings()
     result = CliRunner().invoke(app, ["worker"])
     assert result.exit_code == 2
@@ -108,6 +113,7 @@ def test_each_flag_reaches_the_settings_and_wins_over_the_environment(
         "--temporal-credentials-reload-interval": "60",
         "--health-port": "0",
         "--tenant-policy-file": "",
+        "--dra-device-classes": "gpu.h100.example.com = gpu:h100, dra.cpu=cpu",
     }
     result = CliRunner().invoke(
         app, ["worker", "--leader-election", *[part for pair in arguments.items() for part in pair]]
@@ -131,6 +137,13 @@ def test_each_flag_reaches_the_settings_and_wins_over_the_environment(
     assert settings.temporal_max_cached_workflows == 0
     assert settings.temporal_credentials_reload_interval == 60
     assert (settings.health_port, settings.tenant_policy_file) == (0, None)
+    assert str(settings.device_classes) == "dra.cpu=cpu,gpu.h100.example.com=gpu:h100"
+
+
+def test_the_default_dra_device_classes_are_todays(token_file: Path) -> None:
+    settings = load_settings(slurm_jwt_file=token_file)
+    assert settings.dra_device_classes == "dra.cpu=cpu,gpu.example.com=gpu,gpu.nvidia.com=gpu"
+    assert load_settings(slurm_jwt_file=token_file, dra_device_classes="").device_classes.classes == ()
 
 
 def test_a_bad_flag_is_named_like_its_variable(monkeypatch: pytest.MonkeyPatch, token_file: Path) -> None:

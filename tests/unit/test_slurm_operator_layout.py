@@ -14,8 +14,8 @@ from typing import Any, cast
 
 import pytest
 
-from activities.kube import KubeActivities, KubeSettings
 from activities.kube_client import Json, KubeClient, api_path
+from activities.node_source import ListedNodes, kubernetes_node_names
 from activities.nodes import NodeActivities
 from activities.slurm_client import SlurmClient
 from bridge import keys
@@ -143,8 +143,9 @@ async def test_the_operator_layout_is_what_the_docs_point_the_bridge_at(client: 
 
 
 async def test_the_bridge_maps_the_slurmd_node_to_its_kubernetes_node(client: KubeClient) -> None:
-    activities = KubeActivities(client, KubeSettings())
-    assert await activities.resolve_nodes(["sn-1", "web-1"]) == ["kn-1", "web-1"]
+    """What `bind` does with the allocation: the slurm-nodename label, else the same name."""
+    nodes = ListedNodes(client, SCHEDULER)
+    assert await kubernetes_node_names(client, nodes, ["sn-1", "web-1"]) == ["kn-1", "web-1"]
 
 
 async def test_node_sync_taints_kn_1_and_leaves_sn_1_alone(client: KubeClient, kube: FakeKubeServer) -> None:

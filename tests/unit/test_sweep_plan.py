@@ -218,7 +218,7 @@ def test_job_facts_keep_this_installations_bridge_jobs_only() -> None:
     assert job_facts(slurm_job(pid("a", installation="staging"), pods), "prod") is None
     assert job_facts(slurm_job(pid("a"), None), "prod") is None  # no bridge admin_comment: not ours
     assert job_facts(slurm_job(pid("a"), '{"pods": [], "x": 1}'), "prod") is None
-    assert job_facts(slurm_job(f"placement/{NS}/a/u-a", pods), "prod") is None  # old format: any bridge's
+    assert job_facts(slurm_job(f"placement/{NS}/a/u-a", pods), "prod") is None  # no placement id
     assert job_facts(slurm_job("batch", pods), "prod") is None
 
 

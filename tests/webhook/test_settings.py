@@ -10,6 +10,7 @@ from bridge.labels import parse_selector
 from tests.webhook.conftest import CertFiles
 from webhook.command import webhook
 from webhook.settings import DEFAULT_BRIDGE_SERVICE_ACCOUNT, ConfigurationError, load_settings
+from worker.settings import WorkerSettings
 
 ENV = (
     "WEBHOOK_TLS_CERT_FILE",
@@ -20,6 +21,7 @@ ENV = (
     "SCHEDULER_NAME",
     "BRIDGE_SERVICE_ACCOUNTS",
     "KUBECONFIG",
+    "DRA_DEVICE_CLASSES",
 )
 
 
@@ -43,6 +45,17 @@ def test_defaults(certs_env: CertFiles) -> None:
     assert settings.managed_namespaces == []
     assert settings.selector is None
     assert settings.bridge_service_accounts == [DEFAULT_BRIDGE_SERVICE_ACCOUNT]
+    # The worker's default too: what the webhook admits, the worker submits.
+    assert settings.dra_device_classes == str(WorkerSettings.model_fields["dra_device_classes"].default)
+
+
+def test_dra_device_classes_are_read_from_the_environment_and_the_flag_wins(
+    certs_env: CertFiles, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DRA_DEVICE_CLASSES", "dra.cpu=cpu")
+    assert load_settings().device_classes.names == ["dra.cpu"]
+    flagged = load_settings(dra_device_classes="gpu.h100.example.com=gpu:h100")
+    assert str(flagged.device_classes) == "gpu.h100.example.com=gpu:h100"
 
 
 def test_environment_is_read_and_flags_win(certs_env: CertFiles, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -82,6 +95,10 @@ def test_an_empty_selector_means_unset_not_everything(
             "MANAGED_NAMESPACE_SELECTOR (--managed-namespace-selector)",
         ),
         ({"scheduler_name": "Bad Name"}, "SCHEDULER_NAME (--scheduler-name)"),
+        (
+            {"dra_device_classes": "gpu.nvidia.com=gpu:"},
+            'DRA_DEVICE_CLASSES (--dra-device-classes): gpu.nvidia.com: "" is not a GRES type',
+        ),
     ],
 )
 def test_each_mistake_names_its_setting(
@@ -109,6 +126,7 @@ def cli() -> typer.Typer:
         ([], "slurm-bridge: invalid setting WEBHOOK_TLS_CERT_FILE (--tls-cert-file): is required"),
         (["--managed-namespace-selector", "=x"], "invalid setting MANAGED_NAMESPACE_SELECTOR"),
         (["--log-level", "loud"], "invalid setting --log-level"),
+        (["--dra-device-classes", "Gpu=gpu"], "invalid setting DRA_DEVICE_CLASSES (--dra-device-classes)"),
     ],
 )
 def test_the_command_exits_with_one_line(args: list[str], expected: str, cert_files: CertFiles) -> None:
@@ -139,5 +157,6 @@ def test_help_lists_every_option() -> None:
         "--scheduler-name",
         "--bridge-service-accounts",
         "--kubeconfig",
+        "--dra-device-classes",
     ):
         assert option in result.output

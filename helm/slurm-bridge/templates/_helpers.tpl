@@ -138,6 +138,28 @@ The worker's Temporal TLS files: Secret volumes mounted whole (no subPath), so
 the kubelet refreshes them when the Secret changes and the worker reconnects
 with them (TEMPORAL_CREDENTIALS_RELOAD_INTERVAL) without a restart.
 */}}
+{{/*
+dra.deviceClasses in the compact form the worker and the webhook read from
+DRA_DEVICE_CLASSES: "<class>=cpu" or "<class>=<gres>[:<type>]", comma-joined
+(empty: no class is honoured). A class listed twice fails the render.
+*/}}
+{{- define "slurm-bridge.draDeviceClasses" -}}
+{{- $parts := list }}
+{{- $seen := dict }}
+{{- range .Values.dra.deviceClasses }}
+{{- if hasKey $seen .name }}
+{{- fail (printf "dra.deviceClasses: %s is listed twice" .name) }}
+{{- end }}
+{{- $_ := set $seen .name true }}
+{{- if .gres }}
+{{- $parts = append $parts (printf "%s=%s%s" .name .gres.name (ternary (printf ":%s" .gres.type) "" (not (empty .gres.type)))) }}
+{{- else }}
+{{- $parts = append $parts (printf "%s=%s" .name .slurm) }}
+{{- end }}
+{{- end }}
+{{- join "," $parts }}
+{{- end }}
+
 {{- /* The tenant policy: directory of the mounted ConfigMap, and the file the worker and webhook read. */ -}}
 {{- define "slurm-bridge.tenantPolicyDir" -}}/etc/slurm-bridge/tenant-policy{{- end }}
 {{- define "slurm-bridge.tenantPolicyFile" -}}
