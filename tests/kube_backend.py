@@ -10,6 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from tests.kube_fake import FakeKubeServer
+
 Json = dict[str, Any]
 T = TypeVar("T")
 
@@ -57,3 +59,11 @@ class KubeBackend(Protocol):
     async def wait_for_async(self, predicate: Callable[[], T], timeout: float = 5.0) -> T: ...
 
     def stop(self) -> None: ...
+
+
+def fake_of(kube: KubeBackend) -> FakeKubeServer:
+    """The fake API server behind a test's Kubernetes, for what only it can do (faults, holds,
+    its clock): a test that needs it cannot run on the real server by mistake."""
+    if not isinstance(kube, FakeKubeServer):
+        raise TypeError("this test needs the fake API server (fault injection): run it on kube_backend fake")
+    return kube

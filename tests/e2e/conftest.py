@@ -141,6 +141,10 @@ async def make_nodes(
             task_queue,
             # Runs come from the node watcher and the tests' own triggers, unless a test says otherwise.
             node_sync_interval=overrides.pop("node_sync_interval", 3600),
+            # An installation of its own: node sync deletes the external Slurm nodes its installation
+            # registered that its Kubernetes lacks, and tests running at the same time (another
+            # test process, another session) register theirs on the same Slurm.
+            installation_id=overrides.pop("installation_id", f"nodes-{uuid.uuid4().hex[:8]}"),
             **overrides,
         )
         slurm = bed_client(slurm_bed, settings.slurm_api_version)

@@ -33,7 +33,7 @@ from activities.slurm_client import SlurmClient
 from bridge import keys
 from bridge.models import PlacementState, PodRef
 from bridge.slurm_api import API_VERSION
-from tests.kube_backend import KubeBackend
+from tests.kube_backend import KubeBackend, fake_of
 from tests.kube_fake import ApiError, FakeKubeServer
 from tests.kube_real.cluster import ApiFailure
 from tests.slurm_bed import SlurmTestBed, TestPartition
@@ -117,11 +117,7 @@ class Stack:
     @property
     def fake(self) -> FakeKubeServer:
         """The fake API server, for what only it can do (faults, holds, its clock)."""
-        if not isinstance(self.kube, FakeKubeServer):
-            raise TypeError(
-                "this test needs the fake API server (fault injection): run it on kube_backend fake"
-            )
-        return self.kube
+        return fake_of(self.kube)
 
     # -- the bridge ------------------------------------------------------------
 

@@ -30,7 +30,7 @@ from activities.slurm_client import SlurmClient
 from bridge import keys
 from bridge.node_actions import NodeSyncResult
 from tests.e2e.harness import run_scheduled
-from tests.kube_backend import KubeBackend
+from tests.kube_backend import KubeBackend, fake_of
 from tests.kube_fake import FakeKubeServer
 from tests.kube_real.cluster import NOT_READY_TAINT
 from tests.slurm_bed import SlurmBedError, SlurmTestBed, TestPartition
@@ -77,11 +77,7 @@ class NodeStack:
     @property
     def fake(self) -> FakeKubeServer:
         """The fake API server, for what only it can do (faults, holds, its clock)."""
-        if not isinstance(self.kube, FakeKubeServer):
-            raise TypeError(
-                "this test needs the fake API server (fault injection): run it on kube_backend fake"
-            )
-        return self.kube
+        return fake_of(self.kube)
 
     @property
     def schedule_id(self) -> str:

@@ -20,8 +20,10 @@ made Ready has its not-ready taint lifted by the harness (the node lifecycle
 controller's part).
 """
 
+import asyncio
 import functools
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,8 +32,9 @@ import pytest
 from bridge import hostlist, keys
 from tests.e2e.conftest import ON_REAL_KUBE, MakeNodes
 from tests.e2e.harness import Pod, bound, finished_cleanly, job_id_of, make_pod
-from tests.e2e.node_fixtures import NodeStack
+from tests.e2e.node_fixtures import Json, NodeStack
 from tests.slurm_bed import SlurmTestBed
+from worker.node_cache import NodeCache
 
 pytestmark = [pytest.mark.slurm, ON_REAL_KUBE]
 
@@ -125,6 +128,18 @@ async def finish(stack: NodeStack, name: str) -> None:
     )
 
 
+async def seen_by_bridge(stack: NodeStack, name: str, check: Callable[[Json], bool]) -> None:
+    """Until the bridge's node cache, which placements read, shows the change (a watch event
+    later than the write: a pod created in between may be placed by the node as it was)."""
+    assert stack.bridge is not None
+
+    def shown(cache: NodeCache) -> bool:
+        return any(node["metadata"]["name"] == name and check(node) for node in cache.nodes_now())
+
+    async with asyncio.timeout(30):
+        await stack.bridge.node_cache.wait_until(shown)
+
+
 def excluded(job: dict[str, Any]) -> set[str]:
     return set(hostlist.expand(job.get("excluded_nodes") or ""))
 
@@ -159,6 +174,7 @@ async def test_node_sync_rules_and_binding_hold_on_every_layout(
     # An untolerated taint on the first node keeps the pod off it.
     taint = {"key": "maintenance", "value": "disk", "effect": "NoSchedule"}
     stack.edit_node(first.kube, lambda node: node["spec"]["taints"].append(taint))
+    await seen_by_bridge(stack, first.kube, lambda node: taint in (node["spec"].get("taints") or []))
     pod, job = await place(stack, "plain")
     assert bound(pod) != first.kube
     assert first.slurm in excluded(job)

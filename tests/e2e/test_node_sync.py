@@ -108,7 +108,7 @@ async def test_a_labelled_node_is_registered_with_its_resources_and_kept_in_step
     assert sorted(registered["features"]) == sorted([first.name, second.name])
     assert registered["address"] == "127.0.0.3"  # the InternalIP, not the (unresolvable) node name
     assert registered["topology"] == "default:sw1"
-    assert owned_by(registered["comment"], stack.settings.scheduler_name)
+    assert owned_by(registered["comment"], stack.settings.scheduler_name, stack.settings.installation_id)
     assert stack.tainted(node)
     assert REGISTERED in reasons(stack, node)
     # In step: the next run has nothing to do.

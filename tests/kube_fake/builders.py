@@ -32,6 +32,40 @@ def pod_body(name: str, *, labels: dict[str, str] | None = None, **spec: Any) ->
     }
 
 
+def node_body(
+    name: str, *, cpu: str, memory: str, ready: bool, labels: dict[str, str] | None, now: str
+) -> dict[str, Any]:
+    """A Node as a kubelet registers it: capacity, the Ready condition, addresses."""
+    resources = {"cpu": cpu, "memory": memory, "pods": "110", "ephemeral-storage": "100Gi"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", **(labels or {})},
+        },
+        "spec": {},
+        "status": {
+            "capacity": resources,
+            "allocatable": resources,
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True" if ready else "False",
+                    "reason": "KubeletReady" if ready else "KubeletNotReady",
+                    "message": "kubelet is posting ready status" if ready else "kubelet stopped posting",
+                    "lastHeartbeatTime": now,
+                    "lastTransitionTime": now,
+                }
+            ],
+            "addresses": [
+                {"type": "InternalIP", "address": "127.0.0.1"},
+                {"type": "Hostname", "address": name},
+            ],
+        },
+    }
+
+
 def error_body(exc: Any) -> dict[str, Any]:
     """The Status JSON carried by a kubernetes ApiException."""
     body = json.loads(exc.body)

@@ -17,6 +17,7 @@ from typing import TypeVar
 import kubernetes.aio.client
 import kubernetes.client
 
+from .builders import node_body
 from .clock import Clock, FakeClock, RealClock
 from .controllers import ControllerManager
 from .disruption import DisruptionController
@@ -350,33 +351,7 @@ class FakeKubeServer:
         ready: bool = True,
         labels: dict[str, str] | None = None,
     ) -> JSON:
-        now = now_rfc3339()
-        resources = {"cpu": cpu, "memory": memory, "pods": "110", "ephemeral-storage": "100Gi"}
-        node = {
-            "metadata": {
-                "name": name,
-                "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", **(labels or {})},
-            },
-            "spec": {},
-            "status": {
-                "capacity": resources,
-                "allocatable": resources,
-                "conditions": [
-                    {
-                        "type": "Ready",
-                        "status": "True" if ready else "False",
-                        "reason": "KubeletReady" if ready else "KubeletNotReady",
-                        "message": "kubelet is posting ready status" if ready else "kubelet stopped posting",
-                        "lastHeartbeatTime": now,
-                        "lastTransitionTime": now,
-                    }
-                ],
-                "addresses": [
-                    {"type": "InternalIP", "address": "127.0.0.1"},
-                    {"type": "Hostname", "address": name},
-                ],
-            },
-        }
+        node = node_body(name, cpu=cpu, memory=memory, ready=ready, labels=labels, now=now_rfc3339())
         return self.create_object("nodes", node)
 
     # ---------------------------------------------------------------- waits

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 
+from tests.kube_fake.builders import node_body
 from tests.kube_real.apiserver import ApiServer
 
 if TYPE_CHECKING:
@@ -295,35 +296,7 @@ class RealCluster:
     ) -> Json:
         """A Node as a kubelet registers it; with `ready`, also what the node lifecycle controller
         does once it is Ready (lift the not-ready taint the API server's admission added)."""
-        now = now_rfc3339()
-        resources = {"cpu": cpu, "memory": memory, "pods": "110", "ephemeral-storage": "100Gi"}
-        node: Json = {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {
-                "name": name,
-                "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", **(labels or {})},
-            },
-            "spec": {},
-            "status": {
-                "capacity": resources,
-                "allocatable": resources,
-                "conditions": [
-                    {
-                        "type": "Ready",
-                        "status": "True" if ready else "False",
-                        "reason": "KubeletReady" if ready else "KubeletNotReady",
-                        "message": "kubelet is posting ready status" if ready else "kubelet stopped posting",
-                        "lastHeartbeatTime": now,
-                        "lastTransitionTime": now,
-                    }
-                ],
-                "addresses": [
-                    {"type": "InternalIP", "address": "127.0.0.1"},
-                    {"type": "Hostname", "address": name},
-                ],
-            },
-        }
+        node = node_body(name, cpu=cpu, memory=memory, ready=ready, labels=labels, now=now_rfc3339())
         created = self.create_object("nodes", node)
         if ready:
             created = self.lift_not_ready_taint(name)
