@@ -4,6 +4,7 @@ import asyncio
 import dataclasses
 import json
 import os
+import signal
 import sys
 from collections.abc import Coroutine
 from pathlib import Path
@@ -92,11 +93,20 @@ def worker(
     from worker.main import run_worker
 
     try:
-        asyncio.run(run_worker(settings))
-    except KeyboardInterrupt:
+        asyncio.run(_until_stopped(run_worker(settings)))
+    except (KeyboardInterrupt, asyncio.CancelledError):
         pass
     except (OSError, RuntimeError) as error:
         fail(f"worker stopped: {error}")
+
+
+async def _until_stopped(main: Coroutine[Any, Any, None]) -> None:
+    """Run `main` until it ends or SIGTERM comes. Kubernetes stops a container with SIGTERM, whose
+    default action ends the process on the spot; here it cancels `main` as asyncio does on the
+    first SIGINT, so the worker drains its tasks, gives back its Lease and closes its clients."""
+    task = asyncio.ensure_future(main)
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+    await task
 
 
 @app.command()

@@ -352,7 +352,7 @@ def settings_env(s: WorkerSettings, temporal_address: str, **extra: str) -> dict
 
 @contextlib.asynccontextmanager
 async def running_process(*command: str, **options: Any) -> AsyncIterator[asyncio.subprocess.Process]:
-    """A process for the test's duration, stopped as a deployment would: SIGINT, then SIGKILL after 20 s.
+    """A process for the test's duration, stopped with SIGINT, then SIGKILL after 20 s.
 
     Its stderr (the worker's log) is dropped unless `stderr` says where it goes.
     """

@@ -2,6 +2,7 @@
 
 import asyncio
 import contextlib
+import signal
 import sys
 import urllib.request
 from collections.abc import AsyncIterator
@@ -32,7 +33,7 @@ async def test_the_worker_process_places_a_pod_and_serves_metrics(make_stack: St
     # Its own scheduler name: the process's node sync then touches only this test's node on the shared Slurm.
     stack = await make_stack(nodes=1, bridge=False, scheduler_name=unique("sched"))
     metrics_port = free_port()
-    async with worker_process(stack, metrics_port):
+    async with worker_process(stack, metrics_port) as process:
         stack.create_pod("solo")
         pod = await stack.wait_pod("solo", bound, timeout=60)
         assert job_id_of(pod) is not None
@@ -52,3 +53,7 @@ async def test_the_worker_process_places_a_pod_and_serves_metrics(make_stack: St
         assert "slurm_bridge_pod_created_to_bound_seconds" in metrics
         assert "slurm_bridge_placements_total{" in metrics or "slurm_bridge_placements{" in metrics
         assert "temporal_workflow_task_execution_latency" in metrics
+
+        # Kubernetes stops a container with SIGTERM: the worker shuts down as on SIGINT, exit 0.
+        process.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(process.wait(), 30) == 0
