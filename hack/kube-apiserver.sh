@@ -147,8 +147,13 @@ EOF
       > "$dir/etcd.log" 2>&1 < /dev/null 9>&- &
     echo $! > "$dir/etcd.pid"
   fi
+  # Every request's outcome, one JSON line each: tests check that the bridge's account was never
+  # refused (tests/kube_real/apiserver.py, refused()).
+  printf '%s\n' 'apiVersion: audit.k8s.io/v1' 'kind: Policy' 'omitStages: [RequestReceived]' 'rules:' \
+    '- level: Metadata' > "$dir/audit-policy.yaml"
   if ! alive "$dir/kube-apiserver.pid" "$BIN/kube-apiserver"; then
-    setsid "$BIN/kube-apiserver" --bind-address=127.0.0.1 --advertise-address=127.0.0.1 \
+    setsid "$BIN/kube-apiserver" --audit-policy-file="$dir/audit-policy.yaml" --audit-log-path="$dir/audit.log" \
+      --audit-log-maxsize=500 --bind-address=127.0.0.1 --advertise-address=127.0.0.1 \
       --secure-port="$port" --etcd-servers="http://127.0.0.1:$etcd_port" \
       --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
       --client-ca-file="$PKI/ca.crt" --cert-dir="$dir/certs" \

@@ -18,6 +18,8 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from bridge import search_attributes as sa
+from tests.deploy.chart import NAMESPACE, manifests
+from tests.deploy.real_chart import ChartIdentity, install_identity
 from tests.kube_real.apiserver import ApiServer, ApiServerUnavailable
 from tests.kube_real.cluster import RealCluster
 from tests.slurm_bed import SlurmBedError, SlurmTestBed
@@ -113,3 +115,24 @@ def real_cluster(real_apiserver: ApiServer) -> Iterator[RealCluster]:
         yield cluster
     finally:
         cluster.stop()
+
+
+# The chart installed on the real API server, session-wide as the server is: its accounts and RBAC
+# are cluster-scoped in part (ClusterRoles and their bindings), and installing them again would
+# change nothing. The e2e stacks on the real server run the bridge with its worker's token.
+
+
+@pytest.fixture(scope="session")
+def release_namespace(real_apiserver: ApiServer) -> Iterator[RealCluster]:
+    """The release namespace (`helm install --create-namespace`), as cluster admin."""
+    cluster = RealCluster(real_apiserver, NAMESPACE)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def chart_identity(release_namespace: RealCluster) -> ChartIdentity:
+    """The chart's ServiceAccounts, Roles, ClusterRoles and bindings (default values), applied."""
+    return install_identity(release_namespace, manifests())

@@ -1,10 +1,5 @@
-"""The chart installed on the real API server (tests/kube_real), and the image built once.
-
-Session-wide, as the API server is: the chart's accounts and RBAC are cluster-scoped in part
-(ClusterRoles and their bindings), and installing them again would change nothing. The image
-(hack/image.sh build) is built once per session too; its size, layers and build time are
-printed at the end of the run.
-"""
+"""The image built once per session (hack/image.sh build); its size, layers and build time are
+printed at the end of the run. (The chart installed on the real API server is tests/conftest.py's.)"""
 
 from collections.abc import Iterator
 from typing import Any
@@ -12,27 +7,6 @@ from typing import Any
 import pytest
 
 from tests.deploy import image
-from tests.deploy.chart import NAMESPACE, manifests
-from tests.deploy.real_chart import ChartIdentity, install_identity
-from tests.kube_real.apiserver import ApiServer
-from tests.kube_real.cluster import RealCluster
-
-
-@pytest.fixture(scope="session")
-def release_namespace(real_apiserver: ApiServer) -> Iterator[RealCluster]:
-    """The release namespace (`helm install --create-namespace`), as cluster admin."""
-    cluster = RealCluster(real_apiserver, NAMESPACE)
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
-
-
-@pytest.fixture(scope="session")
-def chart_identity(release_namespace: RealCluster) -> ChartIdentity:
-    """The chart's ServiceAccounts, Roles, ClusterRoles and bindings (default values), applied."""
-    return install_identity(release_namespace, manifests())
-
 
 # Lines for the end of the run: the image's figures, or why its tests were skipped (once).
 _image_lines: list[str] = []

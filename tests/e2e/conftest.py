@@ -9,7 +9,7 @@ the fake's taint manager and disruption controller, APIs newer than 1.28).
 """
 
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from temporalio.client import Client
 from activities.slurm_client import SlurmClient
 from bridge import keys
 from bridge.node_facts import gpu_count
+from tests.deploy.chart import NAMESPACE as CHART_NAMESPACE
 from tests.e2e.harness import Stack, bed_client, bed_settings
 from tests.e2e.node_fixtures import NodeStack
 from tests.kube_backend import KubeBackend
@@ -41,24 +42,39 @@ def kube_backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def make_kube(request: pytest.FixtureRequest, kube_backend: str) -> KubeFactory:
-    """A Kubernetes for one stack: `make_kube(namespace, kubelet)`."""
+def make_kube(request: pytest.FixtureRequest, kube_backend: str) -> Iterator[KubeFactory]:
+    """A Kubernetes for one stack: `make_kube(namespace, kubelet)`. On the real server the bridge
+    runs as the chart's worker, and the test fails if the API server refused it anything."""
+    watched: list[tuple[ApiServer, str, int]] = []
 
     def make(namespace: str, kubelet: bool) -> KubeBackend:
         if kube_backend == "fake":
             return FakeKubeServer(kubelet=kubelet).start()
+        # (The test's end checks the chart's worker was never refused: `never_refused`.)
         server: ApiServer = request.getfixturevalue("real_apiserver")
-        cluster = RealCluster(server, namespace)
+        # The bridge runs as the chart's worker ServiceAccount (its RBAC applied, a TokenRequest
+        # token): a request the chart does not grant fails the test with a 403.
+        identity = request.getfixturevalue("chart_identity")  # a tests.deploy.real_chart.ChartIdentity
+        cluster = RealCluster(server, namespace, bridge_token=identity.worker.token)
+        watched.append((server, identity.worker.username, server.audit_offset()))
         if kubelet:
             cluster.start_kubelet()
         return cluster
 
-    return make
+    yield make
+    for server, username, since in watched:
+        refused = server.refused(username, since)
+        assert not refused, f"the API server refused the chart's worker: {refused}"
 
 
 @pytest.fixture
 async def make_stack(
-    temporal_client: Client, slurm_bed: SlurmTestBed, tmp_path: Path, task_queue: str, make_kube: KubeFactory
+    temporal_client: Client,
+    slurm_bed: SlurmTestBed,
+    tmp_path: Path,
+    task_queue: str,
+    make_kube: KubeFactory,
+    kube_backend: str,
 ) -> AsyncIterator[StackFactory]:
     stacks: list[Stack] = []
 
@@ -92,6 +108,9 @@ async def make_stack(
 
                 kube.update_object("nodes", name, add_gpus)
         kubeconfig = kube.kubeconfig(tmp_path / f"kubeconfig-{len(stacks)}")
+        if kube_backend == "real":
+            # The chart's worker may hold a Lease in the release namespace only.
+            overrides.setdefault("lease_namespace", CHART_NAMESPACE)
         settings = bed_settings(slurm_bed, kubeconfig, task_queue, partition=partition.name, **overrides)
         # The bridge's client: the token file and API version its settings name (the bed's unless
         # a test overrides them).

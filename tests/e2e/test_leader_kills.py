@@ -125,7 +125,6 @@ async def test_three_worker_processes_survive_killing_the_leader_twice(
         nodes=3,
         bridge=False,
         leader_election=True,
-        lease_namespace="default",
         lease_name=unique("lease"),  # the real API server is shared by the session's tests
         # A process runs node sync, which claims the Kubernetes-labelled Slurm nodes of its scheduler
         # and removes those it owns whose Kubernetes node is missing: a scheduler name of its own

@@ -12,6 +12,8 @@ cluster-scoped objects. A killed session's instance is stopped by the next start
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import shutil
 import signal
@@ -26,6 +28,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "hack" / "kube-apiserver.sh"
 INSTANCES = Path(os.environ.get("SLURM_BRIDGE_K8S_CACHE", "/var/cache/slurm-bridge/k8s")) / "instances"
+
+
+# The User-Agent of a test's own deliberate requests with the bridge's token (a probe that it is
+# refused something): `refused()` leaves them out.
+TEST_PROBE_AGENT = "slurm-bridge-test-probe"
 
 
 class ApiServerUnavailable(RuntimeError):
@@ -133,6 +140,27 @@ class ApiServer:
     def start_apiserver(self) -> None:
         """The end of an outage: kube-apiserver again, on the same port and data, until ready."""
         _start(self.directory, self.port, self.etcd_port)
+
+    def audit_offset(self) -> int:
+        """Where the audit log ends now: `refused(since=...)` reads what came after."""
+        with contextlib.suppress(FileNotFoundError):
+            return (self.directory / "audit.log").stat().st_size
+        return 0
+
+    def refused(self, username: str, since: int = 0) -> list[str]:
+        """Every request of `username` the API server refused as unauthorized or forbidden
+        (401/403) after offset `since` of its audit log: "VERB /path -> code"."""
+        refusals = []
+        with contextlib.suppress(FileNotFoundError), (self.directory / "audit.log").open() as lines:
+            lines.seek(since)
+            for line in lines:
+                event = json.loads(line)
+                code = (event.get("responseStatus") or {}).get("code")
+                if event.get("userAgent") == TEST_PROBE_AGENT:
+                    continue
+                if code in (401, 403) and (event.get("user") or {}).get("username") == username:
+                    refusals.append(f"{event.get('verb')} {event.get('requestURI')} -> {code}")
+        return refusals
 
     def stop(self) -> None:
         subprocess.run([str(SCRIPT), "stop", str(self.directory)], check=False, timeout=60)

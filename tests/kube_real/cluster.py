@@ -105,9 +105,11 @@ class _Changes:
 class RealCluster:
     """The real API server as one test sees it: its namespace, its nodes, admin rights."""
 
-    def __init__(self, server: ApiServer, namespace: str) -> None:
+    def __init__(self, server: ApiServer, namespace: str, *, bridge_token: str | None = None) -> None:
         self.server = server
         self.namespace = namespace
+        # The token kubeconfig() gives the bridge: the chart's worker account's in the e2e stacks.
+        self.bridge_token = bridge_token
         self.http = httpx.Client(
             base_url=server.url,
             verify=server.tls_context(),
@@ -196,7 +198,7 @@ class RealCluster:
     # -- the FakeKubeServer surface ---------------------------------------------
 
     def kubeconfig(self, path: str | Path, *, token: str | None = None, namespace: str = "default") -> Path:
-        return self.server.kubeconfig(Path(path), token=token, namespace=namespace)
+        return self.server.kubeconfig(Path(path), token=token or self.bridge_token, namespace=namespace)
 
     def objects(self, resource: str, namespace: str | None = None) -> list[Json]:
         rt = self.resource(resource)

@@ -1,5 +1,11 @@
 """The real-API-server test bed does what the harness relies on (its own checks, on the real server)."""
 
+import time
+
+import httpx
+
+from tests.deploy.real_chart import ChartIdentity
+from tests.kube_real.apiserver import ApiServer
 from tests.kube_real.cluster import NOT_READY_TAINT, RealCluster
 
 
@@ -22,3 +28,26 @@ def test_waits_follow_the_pod_through_its_watch(real_cluster: RealCluster) -> No
         return str((real_cluster.get_object("pods", "p", ns) or {})["status"].get("phase"))
 
     assert real_cluster.wait_for(lambda: phase() == "Running", 5)
+
+
+def test_the_audit_log_names_what_an_account_was_refused(
+    real_apiserver: ApiServer, chart_identity: ChartIdentity
+) -> None:
+    """What the e2e stacks rely on to fail a test whose bridge was refused anything."""
+    since = real_apiserver.audit_offset()
+    account = chart_identity.bystander  # bound to nothing by the chart
+    answer = httpx.get(
+        f"{real_apiserver.url}/api/v1/pods",
+        headers={"Authorization": f"Bearer {account.token}"},
+        verify=real_apiserver.tls_context(),
+    )
+    assert answer.status_code == 403
+
+    def refused() -> list[str]:
+        return real_apiserver.refused(account.username, since)
+
+    # The audit log is written shortly after the answer.
+    deadline = time.monotonic() + 10
+    while not refused() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert refused() == ["list /api/v1/pods -> 403"]
