@@ -29,7 +29,7 @@ from temporalio.client import (
 )
 
 from activities.kube_client import KubeClient, api_path
-from activities.slurm_client import SlurmClient
+from activities.slurm_client import SlurmClient, SlurmUnavailable
 from bridge import keys
 from bridge.models import PlacementState, PodRef
 from bridge.slurm_api import API_VERSION
@@ -148,7 +148,12 @@ class Stack:
 
     async def partition_jobs(self) -> list[dict[str, Any]]:
         """Every job Slurm knows in this test's partition, ended ones included."""
-        jobs, _ = await self.slurm.list_jobs()
+        try:
+            jobs, _ = await self.slurm.list_jobs()
+        except SlurmUnavailable:
+            # Asked once more: slurmrestd closes idle connections, and a request that meets a
+            # closed one gets no answer (the bridge's own callers retry with backoff).
+            jobs, _ = await self.slurm.list_jobs()
         dumped = [job.model_dump(mode="json") for job in jobs]
         return [job for job in dumped if job.get("partition") == self.partition.name]
 
