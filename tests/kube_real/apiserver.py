@@ -162,6 +162,23 @@ class ApiServer:
                     refusals.append(f"{event.get('verb')} {event.get('requestURI')} -> {code}")
         return refusals
 
+    def bindings(self, namespace: str) -> list[str]:
+        """The pod named by every Binding sent for a pod of `namespace`, accepted or not (from the
+        API server's audit log)."""
+        bound = []
+        with contextlib.suppress(FileNotFoundError), (self.directory / "audit.log").open() as lines:
+            for line in lines:
+                event = json.loads(line)
+                ref = event.get("objectRef") or {}
+                if (
+                    event.get("verb") == "create"
+                    and ref.get("resource") == "pods"
+                    and ref.get("subresource") == "binding"
+                    and ref.get("namespace") == namespace
+                ):
+                    bound.append(str(ref.get("name")))
+        return bound
+
     def stop(self) -> None:
         subprocess.run([str(SCRIPT), "stop", str(self.directory)], check=False, timeout=60)
         shutil.rmtree(self.directory, ignore_errors=True)
