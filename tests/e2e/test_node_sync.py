@@ -543,6 +543,12 @@ async def test_restart_after_deleting_an_excluded_node_keeps_pending_bridge_jobs
     assert refresher is not None
     schedule = stack.temporal.get_schedule_handle(stack.schedule_id)
     await schedule.pause(note="test: Kubernetes forgets the node before Slurm does")
+    # A run the node watcher triggered before the pause may still be going (or buffered): it would
+    # see the deletion, drain `gone` and lift its exclusions itself. Held back means none runs.
+    deadline = time.monotonic() + 30
+    while (await schedule.describe()).info.running_actions:  # Temporal sends no event for it
+        assert time.monotonic() < deadline, "a node sync run never ended"
+        await asyncio.sleep(0.1)
     refreshes, told = refresher.refreshes, refresher.told
     stack.kube.delete_object("nodes", gone)
     await asyncio.wait_for(refresher.wait_for_passes(refreshes + 1), 30)
