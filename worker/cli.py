@@ -3,6 +3,7 @@
 import asyncio
 import dataclasses
 import json
+import logging
 import os
 import signal
 import sys
@@ -60,6 +61,8 @@ def run_client(coroutine: Coroutine[Any, Any, T]) -> T:
 
 
 def done(code: int = 0) -> NoReturn:
+    """Leave without the interpreter's finalization, its output and logs flushed."""
+    logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
@@ -98,6 +101,11 @@ def worker(
         pass
     except (OSError, RuntimeError) as error:
         fail(f"worker stopped: {error}")
+    # Stopped cleanly: its tasks drained, its Lease given back, its clients closed. Leaving
+    # through the interpreter's finalization can still abort it (SIGABRT, PyGILState_Release)
+    # when a thread of the Temporal client's native runtime wakes late, and a pod restarted
+    # for a crash it did not have is noise: leave as operator commands do.
+    done()
 
 
 async def _until_stopped(main: Coroutine[Any, Any, None]) -> None:

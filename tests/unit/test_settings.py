@@ -1,4 +1,5 @@
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +95,7 @@ def test_each_flag_reaches_the_settings_and_wins_over_the_environment(
 
     monkeypatch.setattr("worker.main.run_worker", run_worker)
     monkeypatch.setattr("worker.logs.configure", lambda *_: None)
+    monkeypatch.setattr("worker.cli.done", sys.exit)  # not os._exit: this is the test's process
     monkeypatch.setenv("INSTALLATION_ID", "from-env")
     monkeypatch.setenv("LEADER_ELECTION", "false")
     arguments = {
