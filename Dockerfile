@@ -59,6 +59,7 @@ RUN --mount=type=secret,id=pip-ca \
 FROM deps AS build
 COPY README.md ./
 COPY bridge ./bridge
+COPY clients ./clients
 COPY activities ./activities
 COPY workflows ./workflows
 COPY worker ./worker
@@ -73,7 +74,7 @@ RUN --mount=type=secret,id=pip-ca \
     && /opt/slurm-bridge/bin/slurm-bridge --help >/dev/null \
     && site=$(/opt/slurm-bridge/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))') \
     && mkdir -p "/layer$site" /layer/opt/slurm-bridge/bin \
-    && cp -a "$site/bridge" "$site/activities" "$site/workflows" "$site/worker" "$site/webhook" \
+    && cp -a "$site/bridge" "$site/clients" "$site/activities" "$site/workflows" "$site/worker" "$site/webhook" \
        "$site"/slurm_bridge-*.dist-info "/layer$site/" \
     && cp -a /opt/slurm-bridge/bin/slurm-bridge /layer/opt/slurm-bridge/bin/
 

@@ -13,16 +13,6 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.kube import STRATEGIC_MERGE, now
-from activities.kube_client import (
-    MERGE_PATCH,
-    Json,
-    KubeClient,
-    KubeConflict,
-    KubeError,
-    KubeNotFound,
-    api_path,
-)
-from activities.slurm_client import SlurmClient
 from bridge.device_classes import DEFAULT_DEVICE_CLASSES, DeviceClasses
 from bridge.dra import (
     EXTENDED_RESOURCE_CLAIM,
@@ -33,6 +23,16 @@ from bridge.dra import (
     pin,
 )
 from bridge.models import PodRef
+from clients.kube_client import (
+    MERGE_PATCH,
+    Json,
+    KubeClient,
+    KubeConflict,
+    KubeError,
+    KubeNotFound,
+    api_path,
+)
+from clients.slurm_client import SlurmClient
 
 log = activity.logger
 # The workflow's failure reason (pod condition, Event, workflow failure) when devices cannot be pinned.

@@ -23,14 +23,10 @@ from typing import Concatenate, ParamSpec, Protocol, TypeVar, cast
 from pydantic import ValidationError
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
-from activities.kube_client import KubeError
-from activities.slurm_client import SlurmError
-from activities.slurm_health import SlurmHealth
-
-KUBE_REJECTED = "KubernetesRejected"
-SLURM_REJECTED = "SlurmRejected"
-UNDECODABLE = "UndecodableAnswer"
-SLURM_UNAVAILABLE = "SlurmUnavailable"
+from bridge.failures import KUBE_REJECTED, SLURM_REJECTED, SLURM_UNAVAILABLE, UNDECODABLE
+from clients.kube_client import KubeError
+from clients.slurm_client import SlurmError
+from clients.slurm_health import SlurmHealth
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -14,7 +14,12 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.kube_client import (
+from activities.kube_reader import KubeReader
+from bridge import grouping, keys
+from bridge.models import JobDescription, PlacementRequest, PodRef
+from bridge.resources import Capacity
+from bridge.translate import Defaults, GroupShape, TranslationError, build_job
+from clients.kube_client import (
     MERGE_PATCH,
     Json,
     KubeClient,
@@ -23,12 +28,7 @@ from activities.kube_client import (
     KubeNotFound,
     api_path,
 )
-from activities.kube_reader import KubeReader
-from bridge import grouping, keys
-from bridge.models import JobDescription, PlacementRequest, PodRef
-from bridge.policy import PolicyFile
-from bridge.resources import Capacity
-from bridge.translate import Defaults, GroupShape, TranslationError, build_job
+from clients.policy_file import PolicyFile
 
 # Temporal's activity logger: each line carries the workflow and activity ids.
 log = activity.logger

@@ -12,8 +12,8 @@ import time
 import weakref
 from collections.abc import Callable
 
-from activities.kube_client import Json, KubeClient, KubeError, KubeNotFound, api_path
 from bridge.grouping import BUILTIN_SCHEDULING_APIS, SCHEDULING_GROUP, BuiltinSchedulingApi, Kind
+from clients.kube_client import Json, KubeClient, KubeError, KubeNotFound, api_path
 
 # Long enough that discovery costs nothing next to placements; short enough that an
 # upgraded API server (1.36 → 1.37) or an API enabled later is found within minutes.

@@ -13,10 +13,10 @@ from typing import Protocol
 
 from temporalio.exceptions import ApplicationError
 
-from activities.kube_client import Json, KubeClient, KubeNotFound, api_path
-from activities.slurm_client import SlurmClient
 from bridge import keys
 from bridge.feasibility import is_bridge_node, slurm_node_name
+from clients.kube_client import Json, KubeClient, KubeNotFound, api_path
+from clients.slurm_client import SlurmClient
 
 NODE_NOT_FOUND = "NodeNotFound"  # the failure type of a placement whose node Kubernetes lacks
 

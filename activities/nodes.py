@@ -15,17 +15,7 @@ from typing import Any
 from temporalio import activity
 
 from activities.kube import now
-from activities.kube_client import (
-    MERGE_PATCH,
-    Json,
-    KubeClient,
-    KubeConflict,
-    KubeError,
-    KubeNotFound,
-    api_path,
-)
 from activities.node_source import unbound_bridge_pods
-from activities.slurm_client import ESLURM_NODES_BUSY, SlurmClient, SlurmNotFound, SlurmRejected
 from bridge import hostlist, keys
 from bridge.device_classes import DEFAULT_DEVICE_CLASSES, DeviceClasses
 from bridge.dra import RESOURCE_GROUP, dra_gpu_counts
@@ -62,6 +52,16 @@ from bridge.node_facts import (
 )
 from bridge.pod_events import job_id_label
 from bridge.slurm_api import JobDescMsg, UpdateNodeMsg
+from clients.kube_client import (
+    MERGE_PATCH,
+    Json,
+    KubeClient,
+    KubeConflict,
+    KubeError,
+    KubeNotFound,
+    api_path,
+)
+from clients.slurm_client import ESLURM_NODES_BUSY, SlurmClient, SlurmNotFound, SlurmRejected
 
 # Temporal's activity logger: each line carries the workflow and activity ids.
 log = activity.logger

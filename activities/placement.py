@@ -25,9 +25,8 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.dra import DeviceClaims
-from activities.errors import SLURM_UNAVAILABLE, classified, waits_for_slurm
+from activities.errors import classified, waits_for_slurm
 from activities.kube import BOUND_ELSEWHERE, UNPROCESSABLE, KubeActivities, now
-from activities.kube_client import Json, KubeConflict, KubeError, KubeNotFound, api_path
 from activities.node_source import (
     ListedNodes,
     NodeSource,
@@ -36,13 +35,13 @@ from activities.node_source import (
     with_departed_nodes,
 )
 from activities.pod_group_status import set_scheduled
-from activities.slurm import ENDED_STATES, SlurmActivities, job_event, placement_of
-from activities.slurm_client import SlurmNotFound, SlurmRejected
-from activities.slurm_health import SlurmHealth
+from activities.slurm import SlurmActivities
 from bridge import hostlist, keys
 from bridge.device_classes import DEFAULT_DEVICE_CLASSES, DeviceClasses
+from bridge.failures import SLURM_UNAVAILABLE
 from bridge.feasibility import excluded_slurm_nodes, group_feasibility
 from bridge.models import (
+    ENDED_JOB_STATES,
     BindInput,
     BindResult,
     JobDescription,
@@ -56,8 +55,12 @@ from bridge.models import (
 )
 from bridge.pod_events import job_annotations, job_id_label
 from bridge.resources import total_allocatable
+from bridge.slurm_jobs import job_event, placement_of
+from bridge.tolerations import managed_node_toleration, tolerates_managed_nodes
 from bridge.translate import sizing_note
-from webhook.policy import managed_node_toleration, tolerates_managed_nodes
+from clients.kube_client import Json, KubeConflict, KubeError, KubeNotFound, api_path
+from clients.slurm_client import SlurmNotFound, SlurmRejected
+from clients.slurm_health import SlurmHealth
 
 # Temporal's activity logger: each line carries the workflow and activity ids.
 log = activity.logger
@@ -609,7 +612,7 @@ def _scheduled_reason(pod: Json) -> str | None:
 
 
 def _running(states: list[str] | None) -> bool:
-    return bool(states) and not ENDED_STATES.intersection(states or [])
+    return bool(states) and not ENDED_JOB_STATES.intersection(states or [])
 
 
 def _placeable(pod: Json) -> bool:

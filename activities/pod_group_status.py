@@ -21,9 +21,9 @@ placement.
 
 import logging
 
-from activities.kube_client import MERGE_PATCH, Json, KubeClient, KubeConflict, KubeError, api_path
 from activities.kube_reader import scheduling_discovery
 from bridge.grouping import BuiltinSchedulingApi
+from clients.kube_client import MERGE_PATCH, Json, KubeClient, KubeConflict, KubeError, api_path
 
 log = logging.getLogger(__name__)
 

@@ -1,57 +1,16 @@
 """Slurm side effects of a placement, around one SlurmClient, for its activities (activities/placement.py)."""
 
-from collections.abc import Mapping
-from typing import Any
-
-from pydantic import BaseModel
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.slurm_client import SlurmClient, SlurmNotFound, SlurmRejected
-from bridge.models import (
-    ENDED_JOB_STATES,
-    PLACEMENT_ID_PREFIX,
-    JobDescription,
-    JobEvent,
-    SubmitResult,
-    admin_comment_pods,
-)
+from bridge.failures import SLURM_REJECTED
+from bridge.models import JobDescription, SubmitResult, admin_comment_pods
 from bridge.slurm_api import JobDescMsg
+from bridge.slurm_jobs import is_live, job_event, placement_of
+from clients.slurm_client import SlurmClient, SlurmNotFound, SlurmRejected
 
 # Temporal's activity logger: each line carries the workflow and activity ids.
 log = activity.logger
-
-SLURM_REJECTED = "SlurmRejected"
-# Job states after which Slurm holds nothing for the pods any more (one list, in bridge/models.py).
-ENDED_STATES = ENDED_JOB_STATES
-
-
-def placement_of(job: BaseModel | Mapping[str, Any]) -> str | None:
-    """The placement workflow a bridge job belongs to, from its comment."""
-    info = job.model_dump(mode="json") if isinstance(job, BaseModel) else job
-    comment = info.get("comment")
-    is_ours = isinstance(comment, str) and comment.startswith(PLACEMENT_ID_PREFIX)
-    if is_ours and admin_comment_pods(info.get("admin_comment")) is not None:
-        return str(comment)
-    return None
-
-
-def job_event(job: BaseModel | Mapping[str, Any]) -> JobEvent:
-    """The bridge's view of a Slurm job_info."""
-    info = job.model_dump(mode="json") if isinstance(job, BaseModel) else dict(job)
-    allocation = ((info.get("job_resources") or {}).get("nodes") or {}).get("allocation") or []
-    nodes = [entry["name"] for entry in allocation if entry.get("name")]
-    return JobEvent(
-        job_id=int(info["job_id"]),
-        states=list(info.get("job_state") or []),
-        reason=str(info.get("state_reason") or ""),
-        nodes=nodes,
-        restarts=int(info.get("restart_cnt") or 0),
-    )
-
-
-def is_live(event: JobEvent) -> bool:
-    return not event.gone and not ENDED_STATES.intersection(event.states)
 
 
 def _adopted(job: JobDescription, job_id: int) -> SubmitResult:

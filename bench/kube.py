@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
-from activities.kube_client import KubeClient
 from bench.probes import kube_operation
 from bridge import keys
-from webhook.policy import managed_node_toleration
+from bridge.tolerations import managed_node_toleration
+from clients.kube_client import KubeClient
 
 REPO = Path(__file__).resolve().parent.parent
 

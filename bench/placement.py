@@ -66,7 +66,6 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
-from activities.kube_client import load_configuration
 from bench.kube import CountingKube, KubeDriver, KubeProcess, PodObserver, PodTimes, pod_manifest
 from bench.probes import (
     STEP_ROWS,
@@ -91,6 +90,7 @@ from bench.slurm import LISTING, ActivitySlurm, SchedulerPass, WatcherSlurm, run
 from bridge import keys
 from bridge import search_attributes as sa
 from bridge.models import PodRef
+from clients.kube_client import load_configuration
 from tests.slurm_bed import ENDED_STATES as ENDED
 from tests.slurm_bed import SLURM_SID, SlurmBedError, SlurmTestBed, TestPartition, wait_until
 from worker.main import Bridge

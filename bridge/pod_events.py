@@ -4,7 +4,7 @@ import json
 from typing import Any
 
 from bridge import keys
-from bridge.models import PodEvent, PodRef
+from bridge.models import PLACEMENT_ID_PREFIX, PodEvent, PodRef, installation_of
 
 Json = dict[str, Any]
 
@@ -40,3 +40,18 @@ def job_id_label(pod: Json) -> int | None:
         return int(value) if value is not None else None
     except ValueError:
         return None
+
+
+def claim_of(pod: Json) -> str | None:
+    """The placement id that claimed the pod, if the annotation is well-formed and names its namespace."""
+    meta = pod["metadata"]
+    claim = (meta.get("annotations") or {}).get(keys.ANNOTATION_PLACEMENT)
+    if not isinstance(claim, str):
+        return None
+    try:
+        installation = installation_of(claim)
+    except ValueError:
+        return None
+    # placement/<installation>/<namespace>/...: a pod can only ever name its own namespace's placements.
+    namespace = claim[len(PLACEMENT_ID_PREFIX) + len(installation) + 1 :].split("/", 1)[0]
+    return claim if namespace == meta.get("namespace") else None

@@ -255,7 +255,7 @@ def placement_link(ui_port: int, uid: str) -> str:
 
 async def place_sample(kubeconfig: Path, once: bool, ui_port: int) -> None:
     sys.path.insert(0, str(REPO))
-    from activities.kube_client import KubeClient, KubeNotFound, api_path, load_configuration
+    from clients.kube_client import KubeClient, KubeNotFound, api_path, load_configuration
 
     kube = KubeClient(await load_configuration(str(kubeconfig)))
     try:

@@ -4,7 +4,7 @@ Tests never share Slurm objects: each gets its own external nodes and a dynamic
 partition holding exactly them (`make_partition`), so tests running at the same
 time, or jobs a test leaves behind, cannot disturb one another.
 
-Deliberately independent of `activities.slurm_client`: set-up and clean-up go
+Deliberately independent of `clients.slurm_client`: set-up and clean-up go
 through `scontrol` (and plain HTTP for cancelling), so a bug in the client under
 test cannot hide itself by also breaking the clean-up.
 """

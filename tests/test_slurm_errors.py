@@ -13,7 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
-from activities.slurm_client import (
+from bridge.slurm_api import JobDescMsg, Uint32NoVal, UpdateNodeMsg
+from clients.slurm_client import (
     SlurmAuthError,
     SlurmClient,
     SlurmError,
@@ -22,7 +23,6 @@ from activities.slurm_client import (
     SlurmUnavailable,
     classify,
 )
-from bridge.slurm_api import JobDescMsg, Uint32NoVal, UpdateNodeMsg
 
 TOKEN = "eyJhbGciOiJIUzI1NiJ9.secret-payload.signature-0123456789"
 
@@ -99,7 +99,7 @@ def kill_status(code: int, text: str) -> dict[str, Any]:
 
 
 # (call, HTTP status, body, expected class, Slurm error number or None). Shapes as
-# recorded from slurmrestd 26.05.5; see activities/slurm_client.py's docstring.
+# recorded from slurmrestd 26.05.5; see clients/slurm_client.py's docstring.
 CASES: list[tuple[Call, int, dict[str, Any] | str | None, type[SlurmError], int | None]] = [
     (
         get_job,
@@ -195,7 +195,7 @@ async def test_submit_without_job_id_is_rejected(token_file: Path) -> None:
 
 
 async def test_warnings_are_logged_not_raised(token_file: Path, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.DEBUG, logger="activities.slurm_client")
+    caplog.set_level(logging.DEBUG, logger="clients.slurm_client")
     body = {
         "job_id": 12,
         "job_submit_user_msg": "",

@@ -22,7 +22,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
-from bridge.policy import PolicyFile
+from clients.policy_file import PolicyFile
 from webhook.device_classes import DeviceClassLookup, dra_classes_named
 from webhook.metrics import Metrics
 from webhook.mutate import mutate

@@ -17,8 +17,9 @@ import uvicorn
 from kubernetes.aio import client as kclient
 from starlette.applications import Starlette
 
-from activities.kube_client import KubeClient, load_configuration
-from bridge.policy import PolicyError, PolicyFile
+from bridge.policy import PolicyError
+from clients.kube_client import KubeClient, load_configuration
+from clients.policy_file import PolicyFile
 from webhook.app import Webhook, create_app
 from webhook.device_classes import DeviceClassCache
 from webhook.namespaces import ManagedNamespaces, NamespaceLabelCache, SelectedNamespaces, StaticNamespaces

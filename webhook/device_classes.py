@@ -20,11 +20,11 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
-from activities.kube_client import Json, KubeClient, KubeError, KubeNotFound, api_path
 from bridge import keys
 from bridge.dra import RESOURCE_GROUP
+from clients.informer import Backoff, EventType, Informer, missing
+from clients.kube_client import Json, KubeClient, KubeError, KubeNotFound, api_path
 from webhook.policy import ClusterDeviceClasses
-from worker.informer import Backoff, EventType, Informer, missing
 
 log = logging.getLogger(__name__)
 

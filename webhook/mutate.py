@@ -10,7 +10,8 @@ forbids changing `schedulerName`/`nodeName` of an existing pod anyway.
 
 from typing import Any
 
-from webhook.policy import AdmissionPolicy, is_bridge_pod, managed_node_toleration, tolerates_managed_nodes
+from bridge.tolerations import managed_node_toleration, tolerates_managed_nodes
+from webhook.policy import AdmissionPolicy, is_bridge_pod
 from webhook.review import AdmissionRequest, AdmissionResponse
 
 Patch = list[dict[str, Any]]

@@ -16,9 +16,9 @@ import logging
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from activities.kube_client import Json, KubeClient, KubeError, KubeNotFound, api_path
 from bridge.labels import Selector
-from worker.informer import Backoff, EventType, Informer, missing
+from clients.informer import Backoff, EventType, Informer, missing
+from clients.kube_client import Json, KubeClient, KubeError, KubeNotFound, api_path
 
 log = logging.getLogger(__name__)
 

@@ -80,31 +80,3 @@ def is_bridge_pod(pod: Mapping[str, Any], *, managed: bool, policy: AdmissionPol
         return False
     annotations = _mapping(_mapping(pod.get("metadata")).get("annotations"))
     return MIRROR_POD_ANNOTATION not in annotations and not owned_by_daemonset(pod)
-
-
-def managed_node_toleration(scheduler_name: str) -> dict[str, str]:
-    return {
-        "key": keys.TAINT_MANAGED_NODE,
-        "operator": "Equal",
-        "value": scheduler_name,
-        "effect": "NoExecute",
-    }
-
-
-def tolerates_managed_nodes(toleration: Any, scheduler_name: str) -> bool:
-    """Does this toleration already let the pod stay on bridge nodes for good?
-
-    A toleration with `tolerationSeconds` does not count: on a NoExecute taint
-    it only delays the eviction.
-    """
-    if not isinstance(toleration, Mapping) or toleration.get("tolerationSeconds") is not None:
-        return False
-    if toleration.get("effect") not in (None, "", "NoExecute"):
-        return False
-    operator = toleration.get("operator") or "Equal"
-    key = toleration.get("key") or ""
-    if operator == "Exists":
-        return key in ("", keys.TAINT_MANAGED_NODE)
-    return (
-        operator == "Equal" and key == keys.TAINT_MANAGED_NODE and toleration.get("value") == scheduler_name
-    )

@@ -14,7 +14,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from bridge import keys
 from bridge.device_classes import DEFAULT_DEVICE_CLASSES, DeviceClasses, parse_device_classes
 from bridge.labels import LabelSelectorError, Selector, parse_selector
-from bridge.policy import PolicyPath
+from clients.policy_file import PolicyPath
 from webhook.app import DEFAULT_MAX_REQUEST_BYTES
 
 _DNS_LABEL = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?")

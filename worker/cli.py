@@ -139,8 +139,9 @@ def explain(
     Node objects stand for the nodes.
     """
     from bridge.device_classes import DeviceClassesError, parse_device_classes
-    from bridge.policy import PolicyError, load_policy
+    from bridge.policy import PolicyError
     from bridge.translate import Defaults
+    from clients.policy_file import load_policy
     from worker.explain import ExplainError, load_objects
     from worker.explain import explain as explain_objects
 
@@ -184,11 +185,11 @@ def explain(
 def _explain_live(
     reference: str, kubeconfig: str | None, defaults: Any, installation: str, policy: Any, scheduler_name: str
 ) -> Any:
-    from activities.kube_client import KubeClient, KubeError, KubeNotFound, api_path, load_configuration
     from activities.kube_reader import KubeReader
     from activities.node_source import list_bridge_nodes
     from bridge.grouping import GroupError
     from bridge.translate import TranslationError
+    from clients.kube_client import KubeClient, KubeError, KubeNotFound, api_path, load_configuration
     from worker.explain import explain_live
 
     namespace, name = _split_pod(reference)
@@ -220,7 +221,7 @@ AsJson = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 
 async def _leadership(settings: OperatorSettings) -> Any:
     """Who leads and how its watchers fare, from the Lease (worker/watcher_health.py); best effort."""
-    from activities.kube_client import KubeClient, load_configuration
+    from clients.kube_client import KubeClient, load_configuration
     from worker.watcher_health import Leadership, read_leadership
 
     try:
@@ -248,8 +249,8 @@ def _operator_settings(overrides: dict[str, Any]) -> OperatorSettings:
 
 async def _claim_of(kubeconfig: str | None, namespace: str, name: str) -> str | None:
     """The placement id on the pod, when the cluster can be read; None otherwise (best effort)."""
-    from activities.kube_client import KubeClient, KubeError, api_path, load_configuration
-    from worker.pod_watcher import claim_of
+    from bridge.pod_events import claim_of
+    from clients.kube_client import KubeClient, KubeError, api_path, load_configuration
 
     try:
         kube = KubeClient(await load_configuration(kubeconfig))
@@ -393,9 +394,9 @@ def list_placements(
 @with_setting_flags(OperatorSettings)
 def retry(overrides: dict[str, Any], pod: Annotated[str, typer.Argument(help="namespace/name")]) -> None:
     """Place a pod again after its placement failed (for example once its annotations are fixed)."""
-    from activities.kube_client import KubeClient, KubeError, KubeNotFound, api_path, load_configuration
     from activities.kube_reader import KubeReader
     from bridge import grouping
+    from clients.kube_client import KubeClient, KubeError, KubeNotFound, api_path, load_configuration
     from worker.operations import RetryRefused, retry_placement
 
     settings = _operator_settings(overrides)

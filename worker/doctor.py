@@ -40,11 +40,11 @@ from temporalio.client import Client
 from temporalio.common import SearchAttributeIndexedValueType, SearchAttributeKey
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.kube_client import KubeClient, KubeError, api_path, load_configuration
-from activities.slurm_client import SlurmAuthError, SlurmClient, SlurmError, SlurmNotFound
 from bridge import search_attributes as sa
 from bridge.slurm_api import API_VERSION
 from bridge.slurm_api.v0044 import V0044UpdateNodeMsg
+from clients.kube_client import KubeClient, KubeError, api_path, load_configuration
+from clients.slurm_client import SlurmAuthError, SlurmClient, SlurmError, SlurmNotFound
 from worker.settings import WorkerSettings
 
 Status = Literal["ok", "warn", "fail", "skip"]

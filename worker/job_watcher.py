@@ -53,11 +53,11 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from activities.slurm import is_live, job_event, placement_of
-from activities.slurm_client import SlurmClient, SlurmError, SlurmNotFound
-from activities.slurm_health import SlurmHealth
 from bridge.models import ENDED_JOB_STATES, JobEvent, installation_of, workflow_id_of
 from bridge.slurm_api import JobInfo
+from bridge.slurm_jobs import is_live, job_event, placement_of
+from clients.slurm_client import SlurmClient, SlurmError, SlurmNotFound
+from clients.slurm_health import SlurmHealth
 from worker.delivery import LatestPerKey
 from worker.job_registry import LiveJobs
 from workflows.placement import PlacementWorkflow

@@ -43,22 +43,22 @@ from temporalio.worker import (
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.kube import KubeActivities, KubeSettings
-from activities.kube_client import KubeClient, load_configuration
 from activities.nodes import NodeActivities
 from activities.placement import PlacementActivities
 from activities.slurm import SlurmActivities
-from activities.slurm_client import SlurmClient
-from activities.slurm_health import SlurmHealth
 from activities.sweep import SweepActivities
 from bridge import search_attributes as sa
 from bridge.models import PodRef
-from bridge.policy import PolicyFile
 from bridge.translate import Defaults
+from clients.kube_client import KubeClient, load_configuration
+from clients.leader import LeaderElector, LeaderTimings, default_identity
+from clients.policy_file import PolicyFile
+from clients.slurm_client import SlurmClient
+from clients.slurm_health import SlurmHealth
 from worker.health import CachedCheck, HealthServer, Readiness
 from worker.heartbeat import HeartbeatInterceptor
 from worker.job_registry import LiveJobs
 from worker.job_watcher import JobWatcher
-from worker.leader import LeaderElector, LeaderTimings, default_identity
 from worker.metrics import slurm_health_observer, slurm_observer
 from worker.node_cache import NodeCache
 from worker.node_rules import ExclusionRefresher

@@ -22,10 +22,10 @@ import asyncio
 import copy
 from collections.abc import Callable
 
-from activities.kube_client import Json, KubeClient, api_path
 from activities.node_source import list_bridge_nodes
 from bridge.feasibility import is_bridge_node
-from worker.informer import EventType, Informer, missing
+from clients.informer import EventType, Informer, missing
+from clients.kube_client import Json, KubeClient, api_path
 
 
 def trimmed(node: Json) -> Json:

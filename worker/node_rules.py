@@ -19,14 +19,13 @@ from collections import defaultdict
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.kube_client import Json, KubeClient
 from activities.node_source import SlurmNodeNames, list_bridge_nodes, unbound_bridge_pods, with_departed_nodes
-from activities.slurm_client import SlurmClient, SlurmNotFound
 from bridge import hostlist
 from bridge.feasibility import excluded_slurm_nodes, group_feasibility
 from bridge.models import installation_of, workflow_id_of
-from bridge.pod_events import job_id_label
-from worker.pod_watcher import claim_of
+from bridge.pod_events import claim_of, job_id_label
+from clients.kube_client import Json, KubeClient
+from clients.slurm_client import SlurmClient, SlurmNotFound
 from workflows.placement import PlacementWorkflow
 
 log = logging.getLogger(__name__)

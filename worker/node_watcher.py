@@ -23,10 +23,10 @@ import logging
 from temporalio.client import Client, ScheduleOverlapPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.kube_client import Json, KubeClient, api_path
 from bridge import keys
 from bridge.node_facts import rules_signature, watch_signature
-from worker.informer import EventType, Informer, missing
+from clients.informer import EventType, Informer, missing
+from clients.kube_client import Json, KubeClient, api_path
 from worker.node_rules import ExclusionRefresher
 from workflows.placement import PlacementWorkflow
 

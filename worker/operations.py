@@ -9,10 +9,9 @@ from temporalio.service import RPCError, RPCStatusCode
 from bridge import grouping, keys
 from bridge import search_attributes as sa
 from bridge.models import GENERATION_SEPARATOR, PlacementState, PodRef, installation_of, workflow_id_of
-from bridge.pod_events import pod_event
+from bridge.pod_events import claim_of, pod_event
 from worker.pod_watcher import (
     DEFAULT_INSTALLATION,
-    claim_of,
     group_workflow_id,
     solo_group,
     start_placement_workflow,

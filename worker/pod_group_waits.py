@@ -19,9 +19,9 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-from activities.kube_client import Json, KubeClient, api_path
 from bridge.grouping import Kind
-from worker.informer import EventType, Informer
+from clients.informer import EventType, Informer
+from clients.kube_client import Json, KubeClient, api_path
 
 log = logging.getLogger(__name__)
 

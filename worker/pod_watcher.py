@@ -1,7 +1,7 @@
 """Pod watcher: Kubernetes pod changes → placement workflows.
 
 List + watch of the pods that name our scheduler through an `Informer`
-(worker/informer.py: resumed from the last resourceVersion, re-listed on 410
+(clients/informer.py: resumed from the last resourceVersion, re-listed on 410
 and, with back-off, after failures).
 
 - An unclaimed unscheduled pod starts its group's placement (or, when the
@@ -21,19 +21,11 @@ import logging
 from typing import Any, Protocol
 
 from temporalio.client import Client, WorkflowHandle
-from temporalio.common import (
-    SearchAttributePair,
-    TypedSearchAttributes,
-    WorkflowIDConflictPolicy,
-    WorkflowIDReusePolicy,
-)
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.kube_client import Json, KubeClient, KubeError, api_path
 from activities.kube_reader import KubeReader
 from bridge import grouping, keys
-from bridge import search_attributes as sa
 from bridge.models import (
     PLACEMENT_ID_PREFIX,
     PlacementRequest,
@@ -42,9 +34,11 @@ from bridge.models import (
     installation_of,
     workflow_id_of,
 )
-from bridge.pod_events import job_id_label, pod_event
+from bridge.pod_events import claim_of, job_id_label, pod_event
+from clients.informer import EventType, Informer, missing, uid_key
+from clients.kube_client import Json, KubeClient, KubeError, api_path
+from clients.placements import start_placement
 from worker.delivery import LatestPerKey
-from worker.informer import EventType, Informer, missing, uid_key
 from worker.job_registry import LiveJobs
 from worker.pod_group_waits import PodGroupWaits
 from workflows.placement import PlacementWorkflow
@@ -82,21 +76,6 @@ def solo_group(pod: PodRef) -> grouping.Group:
 
 def wants_placement(event: PodEvent) -> bool:
     return not event.node_name and not event.deleting and not event.terminal
-
-
-def claim_of(pod: Json) -> str | None:
-    """The placement id that claimed the pod, if the annotation is well-formed and names its namespace."""
-    meta = pod["metadata"]
-    claim = (meta.get("annotations") or {}).get(keys.ANNOTATION_PLACEMENT)
-    if not isinstance(claim, str):
-        return None
-    try:
-        installation = installation_of(claim)
-    except ValueError:
-        return None
-    # placement/<installation>/<namespace>/...: a pod can only ever name its own namespace's placements.
-    namespace = claim[len(PLACEMENT_ID_PREFIX) + len(installation) + 1 :].split("/", 1)[0]
-    return claim if namespace == meta.get("namespace") else None
 
 
 # What a delivery carries: the event, the pod as listed, and whether to start its placement.
@@ -364,27 +343,15 @@ async def start_placement_workflow(
     )
     for _ in range(START_ATTEMPTS):
         try:
-            return await temporal.start_workflow(
-                PlacementWorkflow.run,
+            # The pod watcher runs beside a worker of this task queue on the same client: eager.
+            return await start_placement(
+                temporal,
+                wid,
                 request,
-                id=wid,
                 task_queue=task_queue,
-                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-                id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-                search_attributes=TypedSearchAttributes(
-                    [
-                        SearchAttributePair(sa.POD_NAMESPACE, pod.namespace),
-                        SearchAttributePair(sa.POD_NAME, pod.name),
-                        SearchAttributePair(sa.POD_UID, pod.uid),
-                        SearchAttributePair(sa.PLACEMENT_GROUP, group.name),
-                        SearchAttributePair(sa.PLACEMENT_PHASE, "Pending"),
-                    ]
-                ),
-                static_summary=f"place {group.kind} {group.name} with Slurm" + (" (retry)" if retry else ""),
-                # The pod watcher runs beside a worker of this task queue on the same client: the
-                # server hands the first workflow task back in the start's answer (one task-queue
-                # round trip less); without a free local slot it is an ordinary start.
-                request_eager_start=True,
+                summary=f"place {group.kind} {group.name} with Slurm" + (" (retry)" if retry else ""),
+                pod=pod,
+                eager=True,
             )
         except WorkflowAlreadyStartedError:
             pass

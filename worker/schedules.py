@@ -29,8 +29,8 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.sweep import SweepRequest
 from bridge.node_actions import NodeSyncRequest
+from bridge.sweep import SweepRequest
 from worker.settings import WorkerSettings
 from workflows.node_sync import NODE_SYNC_ID_PREFIX, NodeSyncWorkflow
 from workflows.sweep import SweepWorkflow, sweep_workflow_id

@@ -12,8 +12,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from bridge import keys
 from bridge.device_classes import DEFAULT_DEVICE_CLASSES, DeviceClasses, parse_device_classes
-from bridge.policy import PolicyPath
 from bridge.slurm_api import API_VERSION, ApiVersion
+from clients.policy_file import PolicyPath
 
 
 class ConfigurationError(Exception):
@@ -378,7 +378,7 @@ class WorkerSettings(LeaseSettings, TemporalSettings):
         description="seconds a workflow task waits for the worker that has the placement cached",
         validation_alias=env("TEMPORAL_STICKY_TIMEOUT", "temporal_sticky_timeout"),
     )
-    # Leader election on a coordination.k8s.io/v1 Lease (worker/leader.py): the
+    # Leader election on a coordination.k8s.io/v1 Lease (clients/leader.py): the
     # watchers run on one replica at a time. Timings as client-go's, in seconds.
     leader_election: bool = Field(
         False,

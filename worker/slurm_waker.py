@@ -24,10 +24,10 @@ import logging
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.slurm_client import SlurmUnavailable
-from activities.slurm_health import SlurmHealth
 from bridge import keys
 from bridge import search_attributes as sa
+from clients.slurm_client import SlurmUnavailable
+from clients.slurm_health import SlurmHealth
 from workflows.placement import WAITING_FOR_SLURM, PlacementWorkflow
 
 log = logging.getLogger(__name__)

@@ -14,8 +14,8 @@ from datetime import UTC, datetime
 
 from pydantic import BaseModel, ValidationError
 
-from activities.kube_client import Json, KubeClient, KubeError, KubeNotFound, api_path
 from bridge import keys
+from clients.kube_client import Json, KubeClient, KubeError, KubeNotFound, api_path
 
 LEASE_GROUP = "coordination.k8s.io"
 

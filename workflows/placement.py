@@ -36,11 +36,10 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.errors import SLURM_UNAVAILABLE
     from activities.placement import PlacementActivities
-    from activities.slurm import is_live
     from bridge import keys
     from bridge import search_attributes as sa
+    from bridge.failures import SLURM_UNAVAILABLE
     from bridge.models import (
         BindInput,
         BindResult,
@@ -56,6 +55,7 @@ with workflow.unsafe.imports_passed_through():
         ReleaseInput,
         end_reason,
     )
+    from bridge.slurm_jobs import is_live
     from workflows.members import GroupMembers, PlacementFailed
 
 WORKFLOW_TYPE = keys.PLACEMENT_WORKFLOW_TYPE

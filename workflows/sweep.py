@@ -19,7 +19,8 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from activities.sweep import HealInput, SweepAction, SweepActivities, SweepRequest, SweepResult
+    from activities.sweep import SweepActivities
+    from bridge.sweep import HealInput, SweepAction, SweepRequest, SweepResult
 
 SWEEP_ID_PREFIX = "sweep"
 # Few attempts: the next scheduled run scans again anyway, and a run that keeps

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from activities.kube_client import KubeClient
+from clients.kube_client import KubeClient
 from tests.deploy.chart import NAMESPACE, Manifest, one
 from tests.deploy.test_rbac import Grant
 from tests.e2e.test_rbac_in_use import PATH, authorized_as

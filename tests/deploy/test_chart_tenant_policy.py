@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from bridge.annotations import JobAnnotations
-from bridge.policy import PolicyFile, PolicySet, parse_policy
+from bridge.policy import PolicySet, parse_policy
+from clients.policy_file import PolicyFile
 from tests.deploy.chart import (
     KUBERNETES_VERSIONS,
     Manifest,

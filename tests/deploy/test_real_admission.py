@@ -30,18 +30,19 @@ import httpx
 import pytest
 
 from activities.kube import KubeActivities, KubeSettings
-from activities.kube_client import load_configuration
 from activities.placement import PlacementActivities
 from activities.slurm import SlurmActivities
-from activities.slurm_client import SlurmClient
 from bridge import keys
 from bridge.models import PodRef
+from bridge.tolerations import managed_node_toleration
+from clients.kube_client import load_configuration
+from clients.slurm_client import SlurmClient
 from tests.deploy.chart import Manifest, container, env_of, manifests, one
 from tests.deploy.real_chart import ChartIdentity, RecordingKubeClient, apply, object_path, refused
 from tests.e2e.harness import make_pod
 from tests.kube_real.apiserver import ApiServer
 from tests.kube_real.cluster import ApiFailure, RealCluster
-from webhook.policy import AdmissionPolicy, managed_node_toleration
+from webhook.policy import AdmissionPolicy
 from webhook.review import AdmissionReview
 from webhook.validate import validate
 

@@ -29,12 +29,10 @@ import pytest
 from temporalio.client import Client
 
 from activities.kube import KubeActivities, KubeSettings
-from activities.kube_client import api_path, load_configuration
 from activities.kube_reader import KubeReader
 from activities.nodes import EVENT_NAMESPACE, NodeActivities
 from activities.placement import PlacementActivities
 from activities.slurm import SlurmActivities
-from activities.slurm_client import SlurmClient
 from bridge import grouping, keys
 from bridge.dra import RESOURCE_GROUP
 from bridge.grouping import (
@@ -47,6 +45,8 @@ from bridge.grouping import (
 )
 from bridge.models import PodRef
 from bridge.node_actions import AddTaint, NodeActions, RemoveTaint, ReportEvent
+from clients.kube_client import api_path, load_configuration
+from clients.slurm_client import SlurmClient
 from tests.deploy.chart import NAMESPACE, one
 from tests.deploy.real_chart import (
     Account,

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from activities.slurm_client import SlurmClient
 from bridge import keys
 from bridge.node_facts import gpu_count
+from clients.slurm_client import SlurmClient
 from tests.deploy.chart import NAMESPACE as CHART_NAMESPACE
 from tests.e2e.harness import Stack, bed_client, bed_settings
 from tests.e2e.node_fixtures import NodeStack

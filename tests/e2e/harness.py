@@ -28,11 +28,11 @@ from temporalio.client import (
     WorkflowHandle,
 )
 
-from activities.kube_client import KubeClient, api_path
-from activities.slurm_client import SlurmClient, SlurmUnavailable
 from bridge import keys
 from bridge.models import PlacementState, PodRef
 from bridge.slurm_api import API_VERSION
+from clients.kube_client import KubeClient, api_path
+from clients.slurm_client import SlurmClient, SlurmUnavailable
 from tests.kube_backend import KubeBackend, fake_of
 from tests.kube_fake import ApiError, FakeKubeServer
 from tests.kube_real.cluster import ApiFailure
@@ -124,7 +124,7 @@ class Stack:
     async def start_bridge(self, kube_client: KubeClient | None = None) -> Bridge:
         """`kube_client`: the bridge's own client, when a test gives it another identity or
         records its requests; by default one with the stack's kubeconfig (cluster admin)."""
-        from activities.kube_client import load_configuration
+        from clients.kube_client import load_configuration
 
         if kube_client is None:
             kube_client = KubeClient(await load_configuration(str(self.kubeconfig)))
@@ -159,7 +159,7 @@ class Stack:
 
     async def start_replica(self) -> "Replica":
         """Another worker process's worth of bridge: same task queue, own clients and watchers."""
-        from activities.kube_client import load_configuration
+        from clients.kube_client import load_configuration
 
         kube_client = KubeClient(await load_configuration(str(self.kubeconfig)))
         slurm = bed_client(self.slurm_bed, self.settings.slurm_api_version)

@@ -25,10 +25,10 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError
 
-from activities.kube_client import KubeClient, load_configuration
-from activities.slurm_client import SlurmClient
 from bridge import keys
 from bridge.node_actions import NodeSyncResult
+from clients.kube_client import KubeClient, load_configuration
+from clients.slurm_client import SlurmClient
 from tests.e2e.harness import run_scheduled
 from tests.kube_backend import KubeBackend, fake_of
 from tests.kube_fake import FakeKubeServer

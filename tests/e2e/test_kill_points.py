@@ -17,9 +17,9 @@ import pytest
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from activities.sweep import SweepResult
 from bridge import keys
 from bridge.models import admin_comment_for
+from bridge.sweep import SweepResult
 from tests.e2e.conftest import ON_REAL_KUBE
 from tests.e2e.harness import bed_client, run_scheduled
 from tests.e2e.kill_points import HoldingKube, KillBed, KillPoint, Kind, place_with_kill, worker_env

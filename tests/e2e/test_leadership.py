@@ -19,7 +19,7 @@ import pytest
 from temporalio.client import Client
 from tenacity import AsyncRetrying, stop_after_delay, wait_fixed
 
-from activities.kube_client import KubeClient, load_configuration
+from clients.kube_client import KubeClient, load_configuration
 from tests.e2e.conftest import StackFactory
 from tests.e2e.harness import Stack, bed_client, bound, finished_cleanly, job_id_of, wait_job_state
 from tests.health_probe import probe

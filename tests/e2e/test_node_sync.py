@@ -19,11 +19,11 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 from temporalio.worker import Replayer
 
-from activities.kube_client import KubeClient, load_configuration
 from bridge import hostlist, keys
 from bridge.node_actions import PARTITION_NOT_FOUND, REGISTERED, owned_by
 from bridge.node_facts import is_busy
 from bridge.slurm_api import API_VERSIONS, JobDescMsg
+from clients.kube_client import KubeClient, load_configuration
 from tests.e2e.conftest import ON_REAL_KUBE, MakeNodes
 from tests.e2e.harness import make_pod, wait_job_state
 from tests.e2e.node_fixtures import Json, NodeStack, workflow_id

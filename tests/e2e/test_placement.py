@@ -21,9 +21,9 @@ from bench.probes import history_cost
 from bridge import keys
 from bridge import search_attributes as sa
 from bridge.slurm_api import API_VERSIONS
+from bridge.tolerations import managed_node_toleration
 from tests.e2e.conftest import ON_REAL_KUBE, StackFactory
 from tests.e2e.harness import Pod, Stack, bound, finished_cleanly, job_id_of, make_pod, slurm_bridge
-from webhook.policy import managed_node_toleration
 from worker.main import unsandboxed_runner
 from worker.operations import RetryRefused, retry_placement
 from workflows.placement import PlacementWorkflow

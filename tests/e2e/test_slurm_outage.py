@@ -30,8 +30,8 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from activities.slurm_client import SlurmClient
 from bench.probes import history_cost
+from clients.slurm_client import SlurmClient
 from tests.e2e.conftest import ON_REAL_KUBE, StackFactory
 from tests.e2e.harness import Pod, Stack, bound, finished_cleanly, job_id_of
 from tests.slurm_bed import ExtraRestd, SlurmTestBed

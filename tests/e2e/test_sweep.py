@@ -17,12 +17,12 @@ import pytest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError
 
-from activities.slurm_client import SlurmClient
-from activities.sweep import SweepRequest, SweepResult
 from bridge import keys
 from bridge.models import PlacementState, admin_comment_for, workflow_id_of
 from bridge.slurm_api import JobDescMsg
 from bridge.slurm_api.v0044 import V0044JobInfo
+from bridge.sweep import SweepRequest, SweepResult
+from clients.slurm_client import SlurmClient
 from tests.e2e.conftest import ON_REAL_KUBE, StackFactory
 from tests.e2e.harness import (
     Pod,

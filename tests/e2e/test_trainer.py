@@ -18,9 +18,9 @@ from typing import Any
 import httpx
 import pytest
 
-from activities.kube_client import load_configuration
 from activities.placement import SIZED_BY_LARGEST_POD
 from bridge import keys
+from clients.kube_client import load_configuration
 from tests.deploy.chart import NAMESPACE, manifests
 from tests.deploy.real_chart import RecordingKubeClient, install_identity, refused
 from tests.e2e import controllers

@@ -18,16 +18,16 @@ import httpx
 import pytest
 
 from activities.dra import DeviceClaims
-from activities.kube_client import KubeClient, KubeNotFound, api_path, load_configuration
 from activities.kube_reader import KubeReader, SchedulingDiscovery
 from activities.nodes import NodeActivities
-from activities.slurm_client import SlurmClient
 from bridge import keys
 from bridge.dra import RESOURCE_GROUP
 from bridge.grouping import LABEL_POD_GROUP, GroupError, PodGroupNotFound, resolve
 from bridge.models import PodRef
 from bridge.node_actions import CreateSlurmNode
 from bridge.node_sync import plan
+from clients.kube_client import KubeClient, KubeNotFound, api_path, load_configuration
+from clients.slurm_client import SlurmClient
 from tests.kube_real.apiserver import ApiServer
 from tests.kube_real.cluster import RealCluster
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from activities.slurm_client import SlurmClient
 from bridge.keys import EXTERNAL_JOB_FLAG
+from clients.slurm_client import SlurmClient
 from tests.slurm_bed import BedJob, SlurmBedError, SlurmTestBed, TestPartition, wait_until
 
 MakePartition = Callable[..., TestPartition]

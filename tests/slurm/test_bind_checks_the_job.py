@@ -10,11 +10,11 @@ from collections.abc import AsyncIterator
 import pytest
 
 from activities.kube import KubeActivities, KubeSettings
-from activities.kube_client import KubeClient
 from activities.placement import PlacementActivities
 from activities.slurm import SlurmActivities
-from activities.slurm_client import SlurmClient
 from bridge.models import BindInput, PodRef, admin_comment_for
+from clients.kube_client import KubeClient
+from clients.slurm_client import SlurmClient
 from tests.kube_fake import FakeKubeServer
 from tests.kube_fake.builders import pod_body
 from tests.slurm.conftest import MakePartition

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from temporalio.client import Client, WorkflowHandle
 
-from activities.slurm_client import SlurmClient
 from bridge.models import JobEvent, admin_comment_for, workflow_id_of
+from clients.slurm_client import SlurmClient
 from tests.slurm.conftest import MakePartition
 from tests.slurm.test_slurm_client import UNKNOWN_JOB_ID, external_job
 from tests.slurm_bed import SlurmTestBed, TestPartition

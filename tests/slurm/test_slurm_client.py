@@ -12,7 +12,10 @@ from typing import Any
 
 import pytest
 
-from activities.slurm_client import (
+from bridge.hostlist import compress
+from bridge.keys import EXTERNAL_JOB_FLAG
+from bridge.slurm_api import JobDescMsg, JobInfo, Uint32NoVal, Uint64NoVal, UpdateNodeMsg
+from clients.slurm_client import (
     ESLURM_INVALID_JOB_ID,
     ESLURM_INVALID_NODE_NAME,
     ESLURM_NODES_BUSY,
@@ -24,9 +27,6 @@ from activities.slurm_client import (
     SlurmRejected,
     SlurmUnavailable,
 )
-from bridge.hostlist import compress
-from bridge.keys import EXTERNAL_JOB_FLAG
-from bridge.slurm_api import JobDescMsg, JobInfo, Uint32NoVal, Uint64NoVal, UpdateNodeMsg
 from tests.slurm.conftest import MakePartition
 from tests.slurm_bed import SlurmTestBed
 

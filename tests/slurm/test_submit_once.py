@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator
 import pytest
 
 from activities.slurm import SlurmActivities
-from activities.slurm_client import SlurmClient
 from bridge.keys import EXTERNAL_JOB_FLAG
 from bridge.models import JobDescription, NoValNumber, admin_comment_for
+from clients.slurm_client import SlurmClient
 from tests.slurm.conftest import MakePartition
 from tests.slurm_bed import SlurmTestBed
 

@@ -23,8 +23,8 @@ from temporalio.service import TLSConfig
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from activities.kube_client import KubeClient
-from activities.slurm_client import SlurmClient
+from clients.kube_client import KubeClient
+from clients.slurm_client import SlurmClient
 from tests.temporal.tls_proxy import MutualTLSProxy
 from worker.main import (
     Bridge,

@@ -4,7 +4,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from activities.kube_client import KubeClient
+from clients.kube_client import KubeClient
 from tests.kube_fake import FakeKubeServer
 
 

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from activities.kube_client import KubeClient
 from activities.kube_reader import KubeReader, SchedulingDiscovery, scheduling_discovery
 from activities.pod_group_status import set_scheduled
 from bridge import grouping
@@ -22,6 +21,7 @@ from bridge.grouping import (
     BuiltinSchedulingApi,
     PodGroupNotFound,
 )
+from clients.kube_client import KubeClient
 from tests.kube_fake import FakeKubeServer
 from tests.kube_fake.builders import pod_body
 from worker.pod_group_waits import PodGroupWaits

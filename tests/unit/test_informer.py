@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from activities.kube_client import (
+from clients.informer import Backoff, EventType, Informer, missing, uid_key
+from clients.kube_client import (
     HEALTHY_STREAM_SECONDS,
     QUICK_RETRIES,
     Json,
@@ -25,7 +26,6 @@ from activities.kube_client import (
 )
 from tests.kube_fake import FakeKubeServer
 from tests.kube_fake.builders import pod_body
-from worker.informer import Backoff, EventType, Informer, missing, uid_key
 
 PODS = api_path("pods")
 FAST = Backoff(initial=0.01, max=0.05)
@@ -201,7 +201,7 @@ async def test_a_failing_handler_is_logged_counted_and_followed_by_a_relist(
         assert await seen.next_event() == ("ADDED", "after")
     assert informer.failures == 1
     assert [str(e) for e in errors] == ["handler bug"]
-    [record] = [r for r in caplog.records if r.name == "worker.informer" and r.levelno == logging.WARNING]
+    [record] = [r for r in caplog.records if r.name == "clients.informer" and r.levelno == logging.WARNING]
     assert "pods list/watch failed (RuntimeError)" in record.getMessage()
     assert record.exc_info is not None  # a bug: logged with its traceback
 
@@ -227,7 +227,7 @@ async def test_api_errors_back_off_exponentially_until_the_list_succeeds(
     assert time.monotonic() - started >= 0.35
     assert informer.failures == 3
     assert all(isinstance(e, KubeError) and e.status == 500 for e in errors)
-    warnings = [r for r in caplog.records if r.name == "worker.informer" and r.levelno == logging.WARNING]
+    warnings = [r for r in caplog.records if r.name == "clients.informer" and r.levelno == logging.WARNING]
     assert len(warnings) == 3
     assert all(r.exc_info is None for r in warnings)  # the API server's trouble: one line each
 

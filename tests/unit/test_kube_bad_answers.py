@@ -16,8 +16,12 @@ from typing import cast
 
 import pytest
 
-from activities.errors import KUBE_REJECTED, classify
-from activities.kube_client import (
+from activities.errors import classify
+from activities.nodes import NodeActivities
+from bridge import keys
+from bridge.failures import KUBE_REJECTED
+from clients.informer import Backoff, EventType, Informer
+from clients.kube_client import (
     MERGE_PATCH,
     QUICK_RETRIES,
     Json,
@@ -28,14 +32,11 @@ from activities.kube_client import (
     WatchBroken,
     api_path,
 )
-from activities.nodes import NodeActivities
-from activities.slurm_client import SlurmClient
-from bridge import keys
+from clients.leader import LeaderElector, LeaderTimings
+from clients.slurm_client import SlurmClient
 from tests.kube_fake import FakeKubeServer
 from tests.kube_fake.builders import pod_body
 from tests.unit.bad_proxy import BadProxy, answer, stream
-from worker.informer import Backoff, EventType, Informer
-from worker.leader import LeaderElector, LeaderTimings
 
 PODS = api_path("pods", namespace="default")
 POD = api_path("pods", namespace="default", name="p")
@@ -343,7 +344,7 @@ async def test_the_informer_backs_off_and_relists_through_bad_answers_and_logs_t
     [error] = errors
     assert isinstance(error, KubeError), repr(error)
     assert excerpt in str(error)
-    [record] = [r for r in caplog.records if r.name == "worker.informer" and r.levelno == logging.WARNING]
+    [record] = [r for r in caplog.records if r.name == "clients.informer" and r.levelno == logging.WARNING]
     assert excerpt in record.getMessage()
     assert f"GET {ALL_PODS}" in record.getMessage()
     assert record.exc_info is None  # the API server's (or its proxy's) trouble: one line, no traceback
@@ -355,7 +356,7 @@ FAST = LeaderTimings(lease_duration=1.0, renew_deadline=0.6, retry_period=0.2)
 async def test_the_leader_election_retries_through_bad_answers_and_says_what_they_were(
     kube: FakeKubeServer, proxy: BadProxy, client: KubeClient, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="worker.leader")
+    caplog.set_level(logging.INFO, logger="clients.leader")
     # Acquiring: the Lease read meets a proxy's error page (each quick repeat too).
     proxy.answer_next(
         "GET", f"^{LEASE}$", answer(502, "Bad Gateway", BAD_GATEWAY_PAGE), count=QUICK_RETRIES + 1
@@ -382,7 +383,7 @@ async def test_the_leader_election_retries_through_bad_answers_and_says_what_the
         with pytest.raises(asyncio.CancelledError):
             await task
     said = [
-        r.getMessage() for r in caplog.records if r.name == "worker.leader" and r.levelno == logging.WARNING
+        r.getMessage() for r in caplog.records if r.name == "clients.leader" and r.levelno == logging.WARNING
     ]
     acquiring = [m for m in said if m.startswith("could not acquire Lease default/bridge")]
     renewing = [m for m in said if m.startswith("could not renew Lease default/bridge")]

@@ -1,8 +1,8 @@
-"""The Kubernetes client trusts the environment only for a proxy (activities/kube_client.py)."""
+"""The Kubernetes client trusts the environment only for a proxy (clients/kube_client.py)."""
 
 import pytest
 
-from activities.kube_client import KubeClient
+from clients.kube_client import KubeClient
 from tests.kube_fake import FakeKubeServer
 
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from activities.kube_client import QUICK_RETRIES, KubeClient, KubeConflict, KubeError, api_path
+from clients.kube_client import QUICK_RETRIES, KubeClient, KubeConflict, KubeError, api_path
 from tests.kube_fake import FakeKubeServer
 from tests.kube_fake.builders import pod_body
 

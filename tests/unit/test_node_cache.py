@@ -12,9 +12,9 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from activities.kube_client import Json, KubeClient, api_path
 from activities.node_source import ListedNodes, kubernetes_node_names
 from bridge import keys
+from clients.kube_client import Json, KubeClient, api_path
 from tests.kube_fake import FakeKubeServer
 from worker.node_cache import NodeCache, trimmed
 

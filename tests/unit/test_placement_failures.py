@@ -21,7 +21,7 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from tenacity import AsyncRetrying, stop_after_delay, wait_fixed
 
-from activities.errors import KUBE_REJECTED, SLURM_UNAVAILABLE
+from bridge.failures import KUBE_REJECTED, SLURM_UNAVAILABLE
 from bridge.models import (
     BindInput,
     BindResult,

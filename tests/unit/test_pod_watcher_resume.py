@@ -11,7 +11,7 @@ from typing import cast
 import pytest
 from temporalio.client import Client
 
-from activities.kube_client import HEALTHY_STREAM_SECONDS, KubeClient, api_path
+from clients.kube_client import HEALTHY_STREAM_SECONDS, KubeClient, api_path
 from tests.kube_fake import FakeKubeServer
 from worker.pod_watcher import PodWatcher
 

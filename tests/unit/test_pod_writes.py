@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 
 from activities.kube import KubeActivities, KubeSettings
-from activities.kube_client import Json, KubeClient, KubeConflict
 from activities.placement import PlacementActivities
 from activities.slurm import SlurmActivities
-from activities.slurm_client import SlurmClient
 from bridge import keys
 from bridge.models import PodRef
+from clients.kube_client import Json, KubeClient, KubeConflict
+from clients.slurm_client import SlurmClient
 from tests.kube_fake import FakeKubeServer
 from tests.kube_fake.builders import pod_body
 

@@ -7,8 +7,9 @@ from typing import Any
 import pytest
 
 from bridge.annotations import JobAnnotations, parse_job_annotations
-from bridge.policy import PolicyError, PolicyFile, PolicySet, TenantPolicy, parse_policy
+from bridge.policy import PolicyError, PolicySet, TenantPolicy, parse_policy
 from bridge.translate import Defaults, TranslationError, build_pod_job
+from clients.policy_file import PolicyFile
 
 P = "slurmjob.slinky.slurm.net/"
 

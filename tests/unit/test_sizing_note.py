@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from activities.kube import KubeActivities, KubeSettings
-from activities.kube_client import KubeClient, KubeConflict
 from activities.placement import SIZED_BY_LARGEST_POD, told_once
 from bridge.models import PodRef
 from bridge.translate import Defaults, GroupShape, build_job, sizing_note
+from clients.kube_client import KubeClient, KubeConflict
 from tests.kube_fake import FakeKubeServer
 from tests.kube_fake.builders import pod_body
 from tests.unit.test_translate import member

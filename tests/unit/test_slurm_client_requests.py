@@ -7,8 +7,8 @@ from urllib.parse import parse_qsl, urlsplit
 import httpx
 import pytest
 
-from activities.slurm_client import JOB_STATE_CHUNK, MAX_QUERY_CHARS, SlurmClient, SlurmError
 from bridge.slurm_api import API_VERSIONS
+from clients.slurm_client import JOB_STATE_CHUNK, MAX_QUERY_CHARS, SlurmClient, SlurmError
 
 EMPTY_JOBS: dict[str, list[object]] = {"jobs": [], "errors": [], "warnings": []}
 

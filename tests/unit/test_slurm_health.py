@@ -1,4 +1,4 @@
-"""The Slurm-health gate (activities/slurm_health.py) and the client's use of it, without Slurm."""
+"""The Slurm-health gate (clients/slurm_health.py) and the client's use of it, without Slurm."""
 
 import asyncio
 from pathlib import Path
@@ -6,8 +6,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from activities.slurm_client import SlurmAuthError, SlurmClient, SlurmRejected, SlurmUnavailable
-from activities.slurm_health import SlurmHealth
+from clients.slurm_client import SlurmAuthError, SlurmClient, SlurmRejected, SlurmUnavailable
+from clients.slurm_health import SlurmHealth
 
 DOWN = SlurmUnavailable("no answer from slurmrestd (ConnectError)", operation="GET /jobs/state/")
 

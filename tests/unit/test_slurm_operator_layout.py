@@ -14,14 +14,14 @@ from typing import Any, cast
 
 import pytest
 
-from activities.kube_client import Json, KubeClient, api_path
 from activities.node_source import ListedNodes, kubernetes_node_names
 from activities.nodes import NodeActivities
-from activities.slurm_client import SlurmClient
 from bridge import keys
 from bridge.node_actions import SLURMD_NODE, AddTaint, NodeActions, NodeSnapshot, ReportEvent
 from bridge.node_facts import kube_node_view
 from bridge.node_sync import plan
+from clients.kube_client import Json, KubeClient, api_path
+from clients.slurm_client import SlurmClient
 from tests.kube_fake import FakeKubeServer
 from tests.kube_fake.resources import ResourceType
 

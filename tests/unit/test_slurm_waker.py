@@ -13,9 +13,9 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 from tenacity import AsyncRetrying, stop_after_delay, wait_fixed
 
-from activities.slurm_client import SlurmUnavailable
-from activities.slurm_health import SlurmHealth
 from bridge.models import PodEvent
+from clients.slurm_client import SlurmUnavailable
+from clients.slurm_health import SlurmHealth
 from tests.unit.test_placement_failures import POD, StandIns, request
 from worker.slurm_waker import SlurmWaker
 from workflows.placement import PlacementWorkflow

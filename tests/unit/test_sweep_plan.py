@@ -7,17 +7,9 @@ from typing import Any
 import pytest
 from temporalio.client import ScheduleActionStartWorkflow, ScheduleIntervalSpec, ScheduleOverlapPolicy
 
-from activities.sweep import (
-    JobFacts,
-    PodFacts,
-    SweepAction,
-    SweepRequest,
-    job_facts,
-    plan,
-    pod_facts,
-)
 from bridge import keys
 from bridge.models import PodRef, admin_comment_for
+from bridge.sweep import JobFacts, PodFacts, SweepAction, SweepRequest, job_facts, plan, pod_facts
 from worker.schedules import sweep_schedule, sweep_schedule_id
 from worker.settings import ConfigurationError, load_settings
 from workflows.sweep import summary

@@ -18,8 +18,8 @@ import pytest
 import trustme
 import uvicorn
 
-from activities.kube_client import KubeClient
 from bridge.dra import RESOURCE_GROUP
+from clients.kube_client import KubeClient
 from tests.deploy.chart import manifests, one
 from tests.deploy.test_rbac import granted
 from tests.e2e.test_rbac_in_use import authorized_as

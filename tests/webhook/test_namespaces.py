@@ -17,8 +17,8 @@ import pytest
 import trustme
 import uvicorn
 
-from activities.kube_client import KubeClient
 from bridge.labels import parse_selector
+from clients.kube_client import KubeClient
 from tests.kube_fake import FakeKubeServer
 from tests.webhook.conftest import CertFiles, RunningServer, client_for
 from tests.webhook.reviews import SCHEDULER, pod, response_of, review

@@ -8,7 +8,7 @@ import httpx
 import pytest
 import trustme
 
-from bridge.policy import PolicyFile
+from clients.policy_file import PolicyFile
 from tests.webhook.conftest import CertFiles, RunningServer, client_for, policy, start_webhook
 from tests.webhook.reviews import (
     JOB,

@@ -30,7 +30,7 @@ from typing import Literal
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential_jitter
 
-from activities.kube_client import (
+from clients.kube_client import (
     HEALTHY_STREAM_SECONDS,
     Json,
     KubeClient,

@@ -256,7 +256,7 @@ _Tolerate = Callable[[int, tuple[SlurmErrorDetail, ...]], bool]
 
 
 class SlurmGate(Protocol):
-    """Says whether requests may be sent (activities/slurm_health.py's SlurmHealth)."""
+    """Says whether requests may be sent (clients/slurm_health.py's SlurmHealth)."""
 
     def refusal(self, operation: str) -> "SlurmUnavailable | None": ...
 

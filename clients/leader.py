@@ -34,7 +34,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from activities.kube_client import Json, KubeClient, KubeConflict, KubeNotFound, api_path
+from clients.kube_client import Json, KubeClient, KubeConflict, KubeNotFound, api_path
 
 log = logging.getLogger(__name__)
 
