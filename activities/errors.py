@@ -25,7 +25,7 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from bridge.failures import KUBE_REJECTED, SLURM_REJECTED, SLURM_UNAVAILABLE, UNDECODABLE
 from clients.kube_client import KubeError
-from clients.slurm_client import SlurmError
+from clients.slurm_errors import SlurmError
 from clients.slurm_health import SlurmHealth
 
 P = ParamSpec("P")

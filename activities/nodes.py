@@ -61,7 +61,8 @@ from clients.kube_client import (
     KubeNotFound,
     api_path,
 )
-from clients.slurm_client import ESLURM_NODES_BUSY, SlurmClient, SlurmNotFound, SlurmRejected
+from clients.slurm_client import SlurmClient
+from clients.slurm_errors import ESLURM_NODES_BUSY, SlurmNotFound, SlurmRejected
 
 # Temporal's activity logger: each line carries the workflow and activity ids.
 log = activity.logger

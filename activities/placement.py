@@ -1,4 +1,4 @@
-"""The three steps of a placement (v2), each one Temporal activity.
+"""The three steps of a placement, each one Temporal activity.
 
 A placement used to run a dozen small activities; each one is a billable
 action and three history events. These fold them by what happens together:
@@ -14,6 +14,9 @@ Every step is idempotent, so an attempt after a crash repeats nothing that
 was done: patches are compare-and-swap or set a value, a binding to the same
 node is accepted, and submission adopts the job carrying this placement's id
 whenever the attempt may follow an earlier one (docs/architecture.md).
+
+Its size (about 650 lines) is three steps and their shared pod writes; the Kubernetes and
+Slurm requests themselves are activities/kube.py's and activities/slurm.py's.
 """
 
 import asyncio
@@ -59,7 +62,7 @@ from bridge.slurm_jobs import job_event, placement_of
 from bridge.tolerations import managed_node_toleration, tolerates_managed_nodes
 from bridge.translate import sizing_note
 from clients.kube_client import Json, KubeConflict, KubeError, KubeNotFound, api_path
-from clients.slurm_client import SlurmNotFound, SlurmRejected
+from clients.slurm_errors import SlurmNotFound, SlurmRejected
 from clients.slurm_health import SlurmHealth
 
 # Temporal's activity logger: each line carries the workflow and activity ids.

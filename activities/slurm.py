@@ -7,7 +7,8 @@ from bridge.failures import SLURM_REJECTED
 from bridge.models import JobDescription, SubmitResult, admin_comment_pods
 from bridge.slurm_api import JobDescMsg
 from bridge.slurm_jobs import is_live, job_event, placement_of
-from clients.slurm_client import SlurmClient, SlurmNotFound, SlurmRejected
+from clients.slurm_client import SlurmClient
+from clients.slurm_errors import SlurmNotFound, SlurmRejected
 
 # Temporal's activity logger: each line carries the workflow and activity ids.
 log = activity.logger

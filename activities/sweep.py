@@ -41,6 +41,9 @@ Cost of one sweep, whatever the number of orphans:
 
 Each action costs a describe, a `GET /job/{id}`, a pod read per pod, its write
 (start, cancel or patch) and an Event per pod.
+
+Its size (about 420 lines) is the scan and the three heal actions, each of which reads
+again what it depends on; the decisions are bridge/sweep.py's.
 """
 
 import asyncio
@@ -80,7 +83,8 @@ from bridge.sweep import (
 )
 from clients.kube_client import Json, KubeConflict, KubeError, KubeNotFound, api_path
 from clients.placements import start_placement
-from clients.slurm_client import SlurmClient, SlurmNotFound
+from clients.slurm_client import SlurmClient
+from clients.slurm_errors import SlurmNotFound
 
 # Temporal's activity logger: each line carries the workflow and activity ids.
 log = activity.logger

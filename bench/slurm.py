@@ -18,7 +18,7 @@ from typing import Any
 from bench.probes import CountingTransport
 from bridge.slurm_api.v0044 import V0044JobDescMsg, V0044JobInfo
 from clients.slurm_client import JOB_STATE_CHUNK, SlurmClient
-from tests.slurm_bed import SlurmTestBed
+from testbed.slurm_bed import SlurmTestBed
 
 LISTING = "GET /jobs/"  # every job slurmctld holds: the request the normal path must not make
 

@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.soak --placements 1000 --json soak.json
 
 Each placement (a pod, or a PodGroup of two) gets one kill point at random (before submit,
-after submit, after the label, after the binding, during clean-up; tests/e2e/kill_points.py):
+after submit, after the label, after the binding, during clean-up; testbed/kill_points.py):
 the fake API server parks the step's request, the soak sees the side effect, kills the worker,
 drops the request and starts a new worker. It runs on the real Slurm test bed (a partition of
 its own, two nodes) and a Temporal dev server of its own, one placement at a time, and prints
@@ -36,9 +36,9 @@ from temporalio.testing import WorkflowEnvironment
 from bench.placement import TEMPORAL_CLI, connect_slurm
 from bridge import keys
 from bridge import search_attributes as sa
-from tests.e2e.kill_points import KillBed, KillPoint, Kind, Outcome, place_with_kill, worker_env
-from tests.kube_fake import FakeKubeServer
-from tests.slurm_bed import SlurmTestBed
+from testbed.kill_points import KillBed, KillPoint, Kind, Outcome, place_with_kill, worker_env
+from testbed.kube_fake import FakeKubeServer
+from testbed.slurm_bed import SlurmTestBed
 
 
 def say(message: str) -> None:

@@ -19,6 +19,9 @@ The mapping convention (docs/dra.md):
 - CPUs: Slurm's abstract core i (the node as node sync registers it: one socket, one
   thread per core) is the i-th device of the CPU class's driver on the node in
   ascending `cpuID`.
+
+Its size (about 500 lines) is one mapping, read in one place: from Slurm's allocation
+(cores, GRES indices) to the devices of a node's ResourceSlices, with every refusal worded.
 """
 
 from collections.abc import Mapping, Sequence

@@ -2,6 +2,9 @@
 
 Small pydantic models only (they cross the Temporal data converter and end up
 in workflow histories, so they stay compact and never carry secrets).
+
+Its size (about 430 lines) is the set of messages itself: one place to look up what
+crosses the data converter.
 """
 
 import json

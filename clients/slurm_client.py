@@ -6,29 +6,7 @@ One `httpx.AsyncClient`; the JWT file is looked at before every request and read
 again whenever it changed (so a rotated token is picked up at once); the token is
 kept in the client's memory only, never logged or put in an error.
 
-Every failure is a `SlurmError` carrying Slurm's own error text and numbers, the
-HTTP status and whether retrying can help. How answers map to the subclasses,
-as observed against slurmrestd 26.05.5 (v0.0.44, accounting_storage/none):
-
-  SlurmNotFound     GET/POST /job/ID, GET /resources/ID of an unknown job: 404, error 2017;
-                    DELETE /job/ID of an unknown job: 200 with status[].error.code 2017;
-                    DELETE or POST /node/NAME of an unknown node: 422, error 2018.
-  SlurmAuthError    no token headers: 401 (text/plain "Authentication failure"); bad or
-                    expired token: 511, error 1007 (GET /ping/ still answers 200, pinged
-                    "DOWN"); DELETE /job/ID while slurmctld was down: 403, error 1 (EPERM).
-  SlurmRejected     unknown partition: 422, error 2000; unknown node in required_nodes:
-                    422, 2018; bad reservation 422, 2053; bad constraint 422, 2029; memory
-                    or nodes no node has: 422, 2014 / 2025; a script with EXTERNAL_JOB: 500,
-                    2189; no script without EXTERNAL_JOB: 422, 9000; malformed JSON: 400;
-                    a field of the wrong type: 200 with only a warning and NO job_id;
-                    update of a running job's size: 422, 2073; node busy on delete: 422,
-                    2016; node exists on create: 422, 2168; unparsable node_conf: 500, -1.
-  SlurmUnavailable  connection refused/reset, timeouts; slurmctld stopped: 502, error 1800
-                    after slurmrestd's own 10 s timeout (GET /jobs, /nodes, /partition,
-                    POST /job/submit, /new/node), 500 with error -1 after 20 s (GET /job/ID,
-                    /resources/ID), 500 with error 1000 (POST /job/ID).
-  not errors        an unknown account (no accounting: accepted, 200); cpus_per_task 64 on
-                    4-CPU nodes (200 with warnings, job PENDING, reason PartitionConfig).
+Every failure is a `SlurmError` (clients/slurm_errors.py: which answer is which).
 
 Timeouts and retries: point requests (one job, one node, the states of a few
 hundred named jobs) wait `timeout`; listing every job (`list_jobs`: ~8 KB per
@@ -37,6 +15,9 @@ slower on a busy one) waits `listing_timeout`. The client never retries by
 itself: its callers do, with backoff (Temporal's activity retry policy, the job
 watcher's exponential backoff, the signal delivery's), so a slow slurmrestd is
 never asked again at once.
+
+Its size (about 530 lines) is one method per slurmrestd call; how answers become errors
+is clients/slurm_errors.py's.
 """
 
 import logging
@@ -44,14 +25,13 @@ import os
 import re
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, NamedTuple, Protocol, Self, TypeVar
 from urllib.parse import quote
 
 import httpx
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from bridge.slurm_api import API_VERSION, API_VERSIONS, request_body
 from bridge.slurm_api.v0044 import (
@@ -74,154 +54,27 @@ from bridge.slurm_api.v0044 import (
     V0044UpdateNodeMsg,
 )
 from bridge.slurm_api.versions import as_v0044
+from clients.slurm_errors import (
+    ESLURM_ALREADY_DONE,
+    JOB_MISSING,
+    NODE_MISSING,
+    SlurmAuthError,
+    SlurmError,
+    SlurmErrorDetail,
+    SlurmNotFound,
+    SlurmRejected,
+    SlurmUnavailable,
+    Tolerate,
+    check_answer,
+    error_for,
+    json_object,
+    only_unspecific_errors,
+    parse_answer,
+)
 
 log = logging.getLogger(__name__)
 
-# Slurm error numbers (slurm/slurm_errno.h) the classification needs by name.
-EPERM = 1
-SLURM_UNEXPECTED_MSG_ERROR = 1000
-SLURM_PROTOCOL_AUTHENTICATION_ERROR = 1007
-SLURMCTLD_COMMUNICATIONS_CONNECTION_ERROR = 1800
-ESLURM_NODES_BUSY = 2016
-ESLURM_INVALID_JOB_ID = 2017
-ESLURM_INVALID_NODE_NAME = 2018
-ESLURM_ALREADY_DONE = 2021
-ESLURM_REST_AUTH_FAIL = 9008
-
-# Answers that a fresh token fixes: the next request reads the new token file.
-_AUTH_STATUSES = frozenset({401, 403, 511})
-_AUTH_ERRORS = frozenset({SLURM_PROTOCOL_AUTHENTICATION_ERROR, ESLURM_REST_AUTH_FAIL, *range(6000, 6100)})
-# slurmrestd could not get an answer from slurmctld: its communication errors
-# (1000-1004, 1013-1025, 1800-1805), standby controllers (2027, 2131), a node
-# in transition (2020) and socket timeouts (5003-5005).
-_UNAVAILABLE_ERRORS = frozenset(
-    {*range(1000, 1005), *range(1013, 1026), *range(1800, 1806), 2020, 2027, 2131, *range(5003, 5006)}
-)
-_UNAVAILABLE_STATUSES = frozenset({408, 429, 502, 503, 504})
-# Error numbers that say nothing about the cause ("No error", "Unspecified error").
-_UNSPECIFIC_ERRORS = frozenset({0, -1})
-_JOB_MISSING = frozenset({ESLURM_INVALID_JOB_ID})
-_NODE_MISSING = frozenset({ESLURM_INVALID_NODE_NAME})
-
 _Model = TypeVar("_Model", bound=BaseModel)
-
-
-@dataclass(frozen=True)
-class SlurmErrorDetail:
-    """One entry of a slurmrestd answer's `errors` list (or a kill status)."""
-
-    number: int | None
-    error: str = ""
-    description: str = ""
-    source: str = ""
-
-    def __str__(self) -> str:
-        text = self.error or self.description or "error"
-        if self.description and self.description != text:
-            text = f"{text} ({self.description})"
-        return text if self.number is None else f"{text} [{self.number}]"
-
-
-class SlurmError(Exception):
-    """slurmrestd or slurmctld refused or failed a request.
-
-    `message` is Slurm's own text; `status` the HTTP status (None when no answer
-    came); `errors` the entries of the answer's `errors` list; `retryable` says
-    whether the same request may succeed later without any change.
-    """
-
-    default_retryable = False
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        operation: str = "",
-        status: int | None = None,
-        errors: tuple[SlurmErrorDetail, ...] = (),
-        retryable: bool | None = None,
-    ) -> None:
-        self.message = message
-        self.operation = operation
-        self.status = status
-        self.errors = errors
-        self.retryable = self.default_retryable if retryable is None else retryable
-        super().__init__(self._describe())
-
-    @property
-    def error_numbers(self) -> frozenset[int]:
-        return frozenset(detail.number for detail in self.errors if detail.number is not None)
-
-    def _describe(self) -> str:
-        where = f"{self.operation}: " if self.operation else ""
-        status = f"HTTP {self.status}: " if self.status is not None else ""
-        return f"{where}{status}{self.message}"
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # Keyword-only arguments: pickle (multiprocessing, some test runners) needs help.
-        return (
-            _rebuild_error,
-            (type(self), self.message, self.operation, self.status, self.errors, self.retryable),
-        )
-
-
-class SlurmNotFound(SlurmError):
-    """The job or node the request names does not exist (any more)."""
-
-
-class SlurmAuthError(SlurmError):
-    """slurmrestd did not accept the token; a rotated token file fixes it, so retry."""
-
-    default_retryable = True
-
-
-class SlurmRejected(SlurmError):
-    """slurmrestd or slurmctld refused this request as it stands; retrying cannot help."""
-
-
-class SlurmUnavailable(SlurmError):
-    """No usable answer: slurmrestd or slurmctld is down, slow or unreachable; retry."""
-
-    default_retryable = True
-
-
-def _rebuild_error(
-    cls: type[SlurmError],
-    message: str,
-    operation: str,
-    status: int | None,
-    errors: tuple[SlurmErrorDetail, ...],
-    retryable: bool,
-) -> SlurmError:
-    return cls(message, operation=operation, status=status, errors=errors, retryable=retryable)
-
-
-def classify(
-    status: int,
-    numbers: Collection[int],
-    *,
-    not_found: Collection[int] = (),
-    unspecified: type[SlurmError] = SlurmUnavailable,
-) -> type[SlurmError]:
-    """The exception class for an answer with HTTP `status` and Slurm error `numbers`.
-
-    Slurm's error number decides before the HTTP status: slurmrestd answers 500
-    for some plain rejections (2189, invalid external job) and for a stopped
-    slurmctld alike. `not_found` are the numbers that mean "the object this URL
-    names does not exist" (2017 for a job, 2018 for a node; 2018 in a job
-    submission is a rejection). `unspecified` is the class for a 5xx with no
-    telling number: slurmctld down for reads, a bad node_conf for node creation.
-    """
-    specific = set(numbers) - _UNSPECIFIC_ERRORS
-    if status in _AUTH_STATUSES or specific & _AUTH_ERRORS:
-        return SlurmAuthError
-    if specific & set(not_found):
-        return SlurmNotFound
-    if status in _UNAVAILABLE_STATUSES or specific & _UNAVAILABLE_ERRORS:
-        return SlurmUnavailable
-    if specific or status < 500:
-        return SlurmRejected
-    return unspecified
 
 
 # Ids and names in paths would make a metric series per job: fold them into a template.
@@ -248,11 +101,16 @@ class JobList(NamedTuple):
     update_time: int
 
 
+class RawAnswer(NamedTuple):
+    """`get_raw`'s answer, as slurmrestd sent it: not classified, not parsed into models."""
+
+    status: int
+    reason: str  # the HTTP reason phrase: all an answer without a JSON body says
+    data: dict[str, Any] | None  # the body's JSON object; None for anything else (an error page, nothing)
+
+
 # Query parameters: a mapping, or QueryParams when a name repeats (`job_id=1&job_id=2`).
 _Params = Mapping[str, str] | httpx.QueryParams
-
-# Says whether an answer's errors are expected for this call and must not raise.
-_Tolerate = Callable[[int, tuple[SlurmErrorDetail, ...]], bool]
 
 
 class SlurmGate(Protocol):
@@ -327,7 +185,7 @@ class SlurmClient:
     async def submit_job(self, job: V0044JobDescMsg) -> int:
         """Submit a job (for the bridge: an EXTERNAL_JOB without script); its job id."""
         data = await self._call("POST", "/job/submit", body=V0044JobSubmitReq(job=job))
-        answer = _parse(V0044OpenapiJobSubmitResponse, data, "POST /job/submit")
+        answer = parse_answer(V0044OpenapiJobSubmitResponse, data, "POST /job/submit")
         if answer.job_submit_user_msg:
             log.info("slurm job_submit: %s", answer.job_submit_user_msg)
         if answer.job_id is None:
@@ -343,17 +201,17 @@ class SlurmClient:
     async def update_job(self, job_id: int, job: V0044JobDescMsg) -> None:
         """Change a job. The body is the bare job_desc_msg: `{"job": ...}` is silently ignored."""
         operation = f"POST /job/{job_id}"
-        data = await self._call("POST", f"/job/{job_id}", body=job, not_found=_JOB_MISSING)
-        answer = _parse(V0044OpenapiJobPostResponse, data, operation)
+        data = await self._call("POST", f"/job/{job_id}", body=job, not_found=JOB_MISSING)
+        answer = parse_answer(V0044OpenapiJobPostResponse, data, operation)
         for result in answer.results or []:
             if result.error_code:
                 detail = SlurmErrorDetail(result.error_code, result.error or "", result.why or "")
-                raise _error_for(200, (detail,), operation, not_found=_JOB_MISSING)
+                raise error_for(200, (detail,), operation, not_found=JOB_MISSING)
 
     async def get_job(self, job_id: int) -> V0044JobInfo:
         operation = f"GET /job/{job_id}"
-        data = await self._call("GET", f"/job/{job_id}", not_found=_JOB_MISSING)
-        jobs = _parse(V0044OpenapiJobInfoResp, data, operation).jobs or []
+        data = await self._call("GET", f"/job/{job_id}", not_found=JOB_MISSING)
+        jobs = parse_answer(V0044OpenapiJobInfoResp, data, operation).jobs or []
         for job in jobs:
             if job.job_id == job_id:
                 return job
@@ -384,7 +242,7 @@ class SlurmClient:
         """
         params = {"update_time": str(update_time)} if update_time is not None else None
         data = await self._call("GET", "/jobs/", params=params, timeout=self.listing_timeout)
-        answer = _parse(V0044OpenapiJobInfoResp, data, "GET /jobs/")
+        answer = parse_answer(V0044OpenapiJobInfoResp, data, "GET /jobs/")
         packed_at = answer.last_update.number if answer.last_update and answer.last_update.set else None
         if not packed_at:
             return JobList(answer.jobs or [], update_time or 0)
@@ -423,24 +281,24 @@ class SlurmClient:
         `status[].error.code`: 2017 for an unknown job, 2021 for one already done.
         """
         operation = f"DELETE /job/{job_id}"
-        data = await self._call("DELETE", f"/job/{job_id}", not_found=_JOB_MISSING)
-        for entry in _parse(V0044OpenapiKillJobResp, data, operation).status or []:
+        data = await self._call("DELETE", f"/job/{job_id}", not_found=JOB_MISSING)
+        for entry in parse_answer(V0044OpenapiKillJobResp, data, operation).status or []:
             error = entry.error
             if error is None or not error.code or error.code == ESLURM_ALREADY_DONE:
                 continue
             detail = SlurmErrorDetail(error.code, error.string or "", error.message or "")
-            raise _error_for(200, (detail,), operation, not_found=_JOB_MISSING)
+            raise error_for(200, (detail,), operation, not_found=JOB_MISSING)
 
     async def get_job_resources(self, job_id: int) -> list[V0044NodeResourceLayout]:
         """Per node: sockets, cores (core_bitmap), memory and gres the job holds there."""
-        data = await self._call("GET", f"/resources/{job_id}", not_found=_JOB_MISSING)
-        return _parse(V0044OpenapiResourceLayoutResp, data, f"GET /resources/{job_id}").nodes or []
+        data = await self._call("GET", f"/resources/{job_id}", not_found=JOB_MISSING)
+        return parse_answer(V0044OpenapiResourceLayoutResp, data, f"GET /resources/{job_id}").nodes or []
 
     # Nodes
 
     async def list_nodes(self) -> list[V0044Node]:
         data = await self._call("GET", "/nodes/")
-        return _parse(V0044OpenapiNodesResp, data, "GET /nodes/").nodes or []
+        return parse_answer(V0044OpenapiNodesResp, data, "GET /nodes/").nodes or []
 
     async def get_node(self, name: str) -> V0044Node | None:
         """The node, or None when Slurm has no such node.
@@ -449,13 +307,13 @@ class SlurmClient:
         and an error numbered 0 ("No error", "Failure to query node NAME").
         """
         path = f"/node/{_segment(name)}"
-        data = await self._call("GET", path, tolerate=_only_unspecific_errors)
-        nodes = _parse(V0044OpenapiNodesResp, data, f"GET {path}").nodes or []
+        data = await self._call("GET", path, tolerate=only_unspecific_errors)
+        nodes = parse_answer(V0044OpenapiNodesResp, data, f"GET {path}").nodes or []
         return next((node for node in nodes if node.name == name), None)
 
     async def update_node(self, name: str, update: V0044UpdateNodeMsg) -> None:
         """E.g. `UpdateNodeMsg(state=["DRAIN"], reason=...)`, `state=["UNDRAIN"]`."""
-        await self._call("POST", f"/node/{_segment(name)}", body=update, not_found=_NODE_MISSING)
+        await self._call("POST", f"/node/{_segment(name)}", body=update, not_found=NODE_MISSING)
 
     async def create_node(self, node_conf: str) -> None:
         """`scontrol create`'s node line, e.g. `NodeName=n1 State=EXTERNAL CPUs=4 ...`."""
@@ -465,7 +323,7 @@ class SlurmClient:
 
     async def delete_node(self, name: str) -> None:
         """Remove a dynamic node; one that still runs a job: SlurmRejected, error 2016."""
-        await self._call("DELETE", f"/node/{_segment(name)}", not_found=_NODE_MISSING)
+        await self._call("DELETE", f"/node/{_segment(name)}", not_found=NODE_MISSING)
 
     # Partitions and controller
 
@@ -473,18 +331,18 @@ class SlurmClient:
         """The partition, or None (slurmrestd: 200, no partitions, warning "Unable to find")."""
         path = f"/partition/{_segment(name)}"
         data = await self._call("GET", path)
-        partitions = _parse(V0044OpenapiPartitionResp, data, f"GET {path}").partitions or []
+        partitions = parse_answer(V0044OpenapiPartitionResp, data, f"GET {path}").partitions or []
         return next((partition for partition in partitions if partition.name == name), None)
 
     async def list_partitions(self) -> list[V0044PartitionInfo]:
         data = await self._call("GET", "/partitions/")
-        return _parse(V0044OpenapiPartitionResp, data, "GET /partitions/").partitions or []
+        return parse_answer(V0044OpenapiPartitionResp, data, "GET /partitions/").partitions or []
 
     async def ping(self, *, gated: bool = True) -> list[V0044ControllerPing]:
         """Each controller's answer. `responding` is False both when slurmctld is down
         and when the token is bad: slurmrestd answers 200 to /ping/ either way."""
         data = await self._call("GET", "/ping/", gated=gated)
-        return _parse(V0044OpenapiPingArrayResp, data, "GET /ping/").pings or []
+        return parse_answer(V0044OpenapiPingArrayResp, data, "GET /ping/").pings or []
 
     async def probe(self) -> None:
         """The health probe (sent even while the gate is closed): SlurmError unless a
@@ -498,6 +356,33 @@ class SlurmClient:
                 status=200,
             )
 
+    # Diagnostics
+
+    async def get_raw(self, path: str) -> RawAnswer:
+        """`GET path` (e.g. `/diag/`) with this client's token, user and API version; any HTTP
+        answer, whatever its status, comes back as it is.
+
+        For `slurm-bridge doctor`, which tells a refused token from a silent slurmctld by
+        the answer's own status and error numbers and words each in its own way. Only no
+        answer at all raises: SlurmUnavailable "no answer (ConnectError)", naming the kind
+        of failure; an unreadable token file raises SlurmAuthError, as for any request.
+        Not gated (a diagnosis asks even while Slurm is thought away, as `probe` does),
+        not told to the observer (it is no request of the bridge's work), and the body is
+        not adapted to v0.0.44 (no model reads it).
+        """
+        operation = f"GET {path}"
+        headers = self._auth_headers(operation)
+        failure: str | None = None
+        try:
+            response = await self._http.get(path, headers=headers)
+        except httpx.TransportError as error:
+            # As in _request: the httpx exception holds the token, so it must not be chained.
+            failure = type(error).__name__
+        if failure is not None:
+            raise SlurmUnavailable(f"no answer ({failure})", operation=operation)
+        log.debug("slurm %s -> %s", operation, response.status_code)
+        return RawAnswer(response.status_code, response.reason_phrase, json_object(response))
+
     # Plumbing
 
     async def _call(
@@ -509,7 +394,7 @@ class SlurmClient:
         params: _Params | None = None,
         not_found: Collection[int] = (),
         unspecified: type[SlurmError] = SlurmUnavailable,
-        tolerate: _Tolerate | None = None,
+        tolerate: Tolerate | None = None,
         timeout: httpx.Timeout | None = None,
         gated: bool = True,
     ) -> dict[str, Any]:
@@ -550,7 +435,7 @@ class SlurmClient:
         params: _Params | None,
         not_found: Collection[int],
         unspecified: type[SlurmError],
-        tolerate: _Tolerate | None,
+        tolerate: Tolerate | None,
         timeout: httpx.Timeout | None,
     ) -> dict[str, Any]:
         operation = f"{method} {path}"
@@ -572,7 +457,9 @@ class SlurmClient:
             failure = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
         if failure is not None:
             raise SlurmUnavailable(f"no answer from slurmrestd ({failure})", operation=operation)
-        data = _check(response, operation, not_found=not_found, unspecified=unspecified, tolerate=tolerate)
+        data = check_answer(
+            response, operation, not_found=not_found, unspecified=unspecified, tolerate=tolerate
+        )
         # The bridge's models are v0.0.44's: a v0.0.45 answer loses the few fields whose type changed.
         return as_v0044(data) if self.api_version != API_VERSION else data
 
@@ -608,96 +495,6 @@ class SlurmClient:
             raise SlurmAuthError(f"token file {self.token_file} is empty", operation=operation)
         self._token, self._token_version = token, version
         return token
-
-
-def _only_unspecific_errors(status: int, errors: tuple[SlurmErrorDetail, ...]) -> bool:
-    return status == 200 and all(detail.number in _UNSPECIFIC_ERRORS for detail in errors)
-
-
-def _check(
-    response: httpx.Response,
-    operation: str,
-    *,
-    not_found: Collection[int],
-    unspecified: type[SlurmError],
-    tolerate: _Tolerate | None,
-) -> dict[str, Any]:
-    status = response.status_code
-    data = _json_object(response)
-    errors = _error_details(data)
-    _log_warnings(operation, data)
-    log.debug("slurm %s -> %s", operation, status)
-    if status >= 400 or errors:
-        if tolerate is not None and tolerate(status, errors):
-            return data if data is not None else {}
-        if not errors and data is None:
-            text = response.text.strip()[:200] or response.reason_phrase
-            errors = (SlurmErrorDetail(None, text),)
-        raise _error_for(status, errors, operation, not_found=not_found, unspecified=unspecified)
-    if data is None:
-        raise SlurmUnavailable(
-            f"answer is not a JSON object ({response.headers.get('content-type', 'no content type')})",
-            operation=operation,
-            status=status,
-        )
-    return data
-
-
-def _error_for(
-    status: int,
-    errors: tuple[SlurmErrorDetail, ...],
-    operation: str,
-    *,
-    not_found: Collection[int],
-    unspecified: type[SlurmError] = SlurmUnavailable,
-) -> SlurmError:
-    numbers = [detail.number for detail in errors if detail.number is not None]
-    cls = classify(status, numbers, not_found=not_found, unspecified=unspecified)
-    message = "; ".join(str(detail) for detail in errors) or f"HTTP {status}"
-    return cls(message, operation=operation, status=status, errors=errors)
-
-
-def _json_object(response: httpx.Response) -> dict[str, Any] | None:
-    if not response.content:
-        return None
-    try:
-        data = response.json()
-    except ValueError:  # 401 and 400 come as text/plain
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _error_details(data: Mapping[str, Any] | None) -> tuple[SlurmErrorDetail, ...]:
-    raw = data.get("errors") if data is not None else None
-    if not isinstance(raw, list):
-        return ()
-    return tuple(
-        SlurmErrorDetail(
-            number=entry.get("error_number") if isinstance(entry.get("error_number"), int) else None,
-            error=str(entry.get("error") or ""),
-            description=str(entry.get("description") or ""),
-            source=str(entry.get("source") or ""),
-        )
-        for entry in raw
-        if isinstance(entry, dict)
-    )
-
-
-def _log_warnings(operation: str, data: Mapping[str, Any] | None) -> None:
-    raw = data.get("warnings") if data is not None else None
-    for entry in raw if isinstance(raw, list) else []:
-        if isinstance(entry, dict):
-            log.debug("slurm %s warning: %s (%s)", operation, entry.get("description"), entry.get("source"))
-
-
-def _parse(model: type[_Model], data: dict[str, Any], operation: str) -> _Model:
-    try:
-        return model.model_validate(data)
-    except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        message = f"unexpected answer ({error.error_count()} validation errors), at {where}: {first['msg']}"
-        raise SlurmError(message, operation=operation) from None
 
 
 def _query_chunks(job_ids: Sequence[int], chunk_size: int) -> Iterator[list[int]]:

@@ -23,7 +23,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from clients.slurm_client import SlurmAuthError, SlurmError, SlurmUnavailable
+from clients.slurm_errors import SlurmAuthError, SlurmError, SlurmUnavailable
 
 log = logging.getLogger(__name__)
 

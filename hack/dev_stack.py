@@ -330,7 +330,7 @@ async def main(once: bool) -> None:
                 [
                     sys.executable,
                     "-m",
-                    "tests.kube_fake",
+                    "testbed.kube_fake",
                     "--port",
                     str(kube_port),
                     "--kubeconfig",

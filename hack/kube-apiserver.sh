@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A real kube-apiserver + etcd on loopback, for tests: the reference Kubernetes.
 # Nothing else of Kubernetes runs (no kubelet, controller-manager or scheduler):
-# tests that need one play it and say so (tests/kube_real/).
+# tests that need one play it and say so (testbed/kube_real/).
 #
 #   hack/kube-apiserver.sh start DIR [--port P] [--etcd-port P] [--owner PID]
 #        start an instance whose state (etcd data, logs, kubeconfig) lives in DIR;
@@ -148,7 +148,7 @@ EOF
     echo $! > "$dir/etcd.pid"
   fi
   # Every request's outcome, one JSON line each: tests check that the bridge's account was never
-  # refused (tests/kube_real/apiserver.py, refused()).
+  # refused (testbed/kube_real/apiserver.py, refused()).
   printf '%s\n' 'apiVersion: audit.k8s.io/v1' 'kind: Policy' 'omitStages: [RequestReceived]' 'rules:' \
     '- level: Metadata' > "$dir/audit-policy.yaml"
   if ! alive "$dir/kube-apiserver.pid" "$BIN/kube-apiserver"; then

@@ -18,11 +18,11 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from bridge import search_attributes as sa
+from testbed.kube_real.apiserver import ApiServer, ApiServerUnavailable
+from testbed.kube_real.cluster import RealCluster
+from testbed.slurm_bed import SlurmBedError, SlurmTestBed
 from tests.deploy.chart import NAMESPACE, manifests
 from tests.deploy.real_chart import ChartIdentity, install_identity
-from tests.kube_real.apiserver import ApiServer, ApiServerUnavailable
-from tests.kube_real.cluster import RealCluster
-from tests.slurm_bed import SlurmBedError, SlurmTestBed
 
 
 def temporal_binary() -> str:

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.slurm_bed import SlurmTestBed
+from testbed.slurm_bed import SlurmTestBed
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slurm

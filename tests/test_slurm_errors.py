@@ -14,9 +14,9 @@ import httpx
 import pytest
 
 from bridge.slurm_api import JobDescMsg, Uint32NoVal, UpdateNodeMsg
-from clients.slurm_client import (
+from clients.slurm_client import SlurmClient
+from clients.slurm_errors import (
     SlurmAuthError,
-    SlurmClient,
     SlurmError,
     SlurmNotFound,
     SlurmRejected,

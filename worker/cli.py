@@ -1,4 +1,8 @@
-"""`slurm-bridge`: the command line of every component."""
+"""`slurm-bridge`: the command line of every component.
+
+Its size (about 460 lines) is one function per command, each with its flags; the work
+behind them is worker/main.py's, worker/operations.py's, worker/doctor/'s and webhook/'s.
+"""
 
 import asyncio
 import dataclasses
@@ -272,7 +276,7 @@ def _split_pod(reference: str) -> tuple[str, str]:
 
 
 async def _connect(settings: TemporalSettings) -> Any:
-    from worker.main import connect_temporal
+    from worker.temporal_connection import connect_temporal
 
     try:
         return await connect_temporal(settings)

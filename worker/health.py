@@ -13,17 +13,31 @@ a leader renewed within it: a leader whose renewal fails is not ready), without
 it the pod watcher's list/watch. A standby is ready: it serves activities and
 workflow tasks.
 
-The server is a few lines of asyncio, not a web framework: two GET routes,
-one short response per connection.
+Served with Starlette and uvicorn in the worker's own event loop, as the
+webhook serves its app (webhook/command.py): so a stuck loop shows in
+`/healthz`, and the server starts and stops with the worker (`HealthServer` is
+entered by worker/main.py's `run_worker`). Every answer is JSON (`json.dumps`,
+`Content-Type: application/json`, `Connection: close`): 405 for any method but
+GET or HEAD whatever the path, 404 naming the path as it was sent. Only what is
+not HTTP (nor an HTTP/1.1 request without its Host header) gets uvicorn's own
+400.
 """
 
 import asyncio
+import contextlib
 import json
 import logging
+import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +94,81 @@ class CachedCheck:
         return None if answer is not False else f"{self.name} reports itself unhealthy"
 
 
+def answer(status: int, body: dict[str, Any]) -> Response:
+    # Not JSONResponse: its compact separators and raw UTF-8 would change the bytes the
+    # probes have always answered (json.dumps' ", " and ": ", non-ASCII escaped).
+    return Response(json.dumps(body), status, media_type="application/json", headers={"Connection": "close"})
+
+
+def probe_app(readiness: Report) -> Starlette:
+    """`/healthz` (and `/livez`) and `/readyz`, GET or HEAD; anything else is answered in JSON too."""
+
+    async def alive(_: Request) -> Response:
+        return answer(200, {"alive": True})
+
+    async def ready(_: Request) -> Response:
+        try:
+            report = await readiness()
+        except Exception as error:  # a probe must answer, whatever went wrong
+            log.exception("readiness check failed")
+            report = Readiness([f"readiness check failed: {type(error).__name__}: {error}"])
+        return answer(200 if report.ready else 503, report.body())
+
+    async def refused(request: Request, _: Exception) -> Response:
+        # Starlette's 404 (no such path) and 405 (not GET or HEAD) in the probes' own JSON. The
+        # method is judged first, so a POST anywhere is a 405; the path is named as it was sent
+        # (raw_path: percent-escapes kept).
+        if request.method not in ("GET", "HEAD"):
+            return answer(405, {"error": "GET only"})
+        path = request.scope.get("raw_path", request.url.path.encode()).decode("latin-1")
+        return answer(404, {"error": f"no {path}: /healthz or /readyz"})
+
+    app = Starlette(
+        routes=[Route("/healthz", alive), Route("/livez", alive), Route("/readyz", ready)],
+        exception_handlers={404: refused, 405: refused},
+    )
+    app.router.redirect_slashes = False  # /healthz/ is a 404 naming it, not a redirect to /healthz
+    return app
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """The server's socket, bound here rather than by uvicorn.
+
+    uvicorn logs a failed bind and calls sys.exit. Bound here, a port already
+    taken raises an OSError worded as asyncio's start_server words it, which
+    `slurm-bridge worker` prints as its one line ("worker stopped: [Errno 98]
+    error while attempting to bind on address ('0.0.0.0', 9465): address already
+    in use"), exit status 2.
+    """
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a restarted worker rebinds at once
+        try:
+            sock.bind((host, port))
+        except OSError as error:
+            reason = (error.strerror or str(error)).lower()
+            raise OSError(
+                error.errno, f"error while attempting to bind on address {(host, port)!r}: {reason}"
+            ) from None
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server without its signal handlers.
+
+    The process's SIGTERM and SIGINT stop the worker (worker/cli.py), and the
+    worker stops this server on its way out; uvicorn's own handlers would stop
+    the probes first, then raise the signal again.
+    """
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
 class HealthServer:
     """Serves `/healthz` and `/readyz` on `host:port` while entered."""
 
@@ -87,49 +176,46 @@ class HealthServer:
         self.readiness = readiness
         self.port = port
         self.host = host
-        self._server: asyncio.Server | None = None
+        self._server: _Server | None = None
+        self._serving: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> "HealthServer":
-        self._server = await asyncio.start_server(self._serve, self.host, self.port)
-        if self.port == 0:  # tests ask for any free port
-            self.port = self._server.sockets[0].getsockname()[1]
+        sock = listening_socket(self.host, self.port)
+        self.port = sock.getsockname()[1]  # tests ask for any free port (0)
+        config = uvicorn.Config(
+            probe_app(self.readiness),
+            host=self.host,
+            port=self.port,
+            lifespan="off",
+            ws="none",  # an Upgrade header is ignored: the request is answered as plain HTTP
+            log_config=None,  # keep the process's logging setup
+            # uvicorn's loggers are process-wide (the worker runs no other uvicorn): at ERROR,
+            # its start and stop lines and its warning for each malformed request (a port
+            # scan) stay out of the worker's log, which has the probes' own lines.
+            log_level=logging.ERROR,
+            access_log=False,  # the kubelet probes every few seconds
+            server_header=False,
+            date_header=False,
+            timeout_graceful_shutdown=5,  # a /readyz under way ends within its checks' timeouts
+        )
+        server = _Server(config)
+        serving = asyncio.create_task(server.serve(sockets=[sock]), name="health probes")
+        try:
+            # The socket is bound, not yet listening: return once it is (a few turns of the loop).
+            while not server.started:
+                if serving.done():
+                    await serving  # raises what stopped it
+                    raise RuntimeError("the health server stopped while starting")
+                await asyncio.sleep(0.01)
+        except BaseException:
+            serving.cancel()
+            sock.close()
+            raise
+        self._server, self._serving = server, serving
         log.info("health probes on :%d (/healthz, /readyz)", self.port)
         return self
 
     async def __aexit__(self, *_: object) -> None:
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            async with asyncio.timeout(10):
-                request = await reader.readuntil(b"\r\n\r\n")
-                status, body = await self._answer(request.split(b"\r\n", 1)[0].decode("latin-1"))
-            payload = json.dumps(body).encode()
-            writer.write(
-                f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n".encode()
-                + payload
-            )
-            await writer.drain()
-        except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
-            pass  # a client that went away or never finished its request
-        finally:
-            writer.close()
-
-    async def _answer(self, request_line: str) -> tuple[str, dict[str, Any]]:
-        method, _, rest = request_line.partition(" ")
-        path = rest.partition(" ")[0].partition("?")[0]
-        if method not in ("GET", "HEAD"):
-            return "405 Method Not Allowed", {"error": "GET only"}
-        if path in ("/healthz", "/livez"):
-            return "200 OK", {"alive": True}
-        if path == "/readyz":
-            try:
-                readiness = await self.readiness()
-            except Exception as error:  # a probe must answer, whatever went wrong
-                log.exception("readiness check failed")
-                readiness = Readiness([f"readiness check failed: {type(error).__name__}: {error}"])
-            return ("200 OK" if readiness.ready else "503 Service Unavailable"), readiness.body()
-        return "404 Not Found", {"error": f"no {path}: /healthz or /readyz"}
+        if self._server is not None and self._serving is not None:
+            self._server.should_exit = True
+            await self._serving

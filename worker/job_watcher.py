@@ -35,6 +35,9 @@ that no placement references any more are the sweep's business, not this loop's.
 The loop survives any exception: it logs it, counts it, backs off
 exponentially (tenacity, with jitter, up to `max_backoff`) and goes on; it ends
 only when cancelled.
+
+Its size (about 420 lines) is one loop with its pacing and back-off; what it follows is
+worker/job_registry.py's.
 """
 
 import asyncio
@@ -56,7 +59,8 @@ from tenacity import (
 from bridge.models import ENDED_JOB_STATES, JobEvent, installation_of, workflow_id_of
 from bridge.slurm_api import JobInfo
 from bridge.slurm_jobs import is_live, job_event, placement_of
-from clients.slurm_client import SlurmClient, SlurmError, SlurmNotFound
+from clients.slurm_client import SlurmClient
+from clients.slurm_errors import SlurmError, SlurmNotFound
 from clients.slurm_health import SlurmHealth
 from worker.delivery import LatestPerKey
 from worker.job_registry import LiveJobs

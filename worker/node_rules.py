@@ -25,7 +25,8 @@ from bridge.feasibility import excluded_slurm_nodes, group_feasibility
 from bridge.models import installation_of, workflow_id_of
 from bridge.pod_events import claim_of, job_id_label
 from clients.kube_client import Json, KubeClient
-from clients.slurm_client import SlurmClient, SlurmNotFound
+from clients.slurm_client import SlurmClient
+from clients.slurm_errors import SlurmNotFound
 from workflows.placement import PlacementWorkflow
 
 log = logging.getLogger(__name__)

@@ -26,7 +26,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from bridge import keys
 from bridge import search_attributes as sa
-from clients.slurm_client import SlurmUnavailable
+from clients.slurm_errors import SlurmUnavailable
 from clients.slurm_health import SlurmHealth
 from workflows.placement import WAITING_FOR_SLURM, PlacementWorkflow
 

@@ -22,6 +22,10 @@ grows large, keeping its workflow id and placement id.
 
 One workflow type, named like this class, with no patches: a change to the
 commands it issues follows docs/architecture.md, "Workflow versioning".
+
+Its size (about 870 lines) is the flow's: one class a reader follows from submission to
+release, with the member bookkeeping in workflows/members.py; splitting the waits from the
+steps they guard would scatter the order that replay depends on.
 """
 
 import asyncio

@@ -1,4 +1,4 @@
-"""The chart's own identity on the real API server (tests/kube_real): its ServiceAccounts and RBAC
+"""The chart's own identity on the real API server (testbed/kube_real): its ServiceAccounts and RBAC
 applied as `helm install` would, tokens of those accounts, and what a client sent with them.
 
 The chart is rendered with Helm's engine (tests/deploy/chart.py); its ServiceAccounts, Roles,
@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from clients.kube_client import KubeClient
+from testbed.kube_fake.faults import RecordedRequest
+from testbed.kube_real.cluster import RealCluster
 from tests.deploy.chart import NAMESPACE, Manifest, one
 from tests.deploy.test_rbac import Grant
 from tests.e2e.test_rbac_in_use import PATH, authorized_as
-from tests.kube_fake.faults import RecordedRequest
-from tests.kube_real.cluster import RealCluster
 
 Json = dict[str, Any]
 IDENTITY_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")

@@ -26,12 +26,12 @@ import trustme
 import yaml
 from pip._vendor import certifi as pip_certifi
 
+from testbed.kube_fake import FakeKubeServer
 from tests.deploy import image
 from tests.deploy.chart import ROOT
 from tests.deploy.image import Archives, BuiltImage
 from tests.e2e import conftest as e2e
 from tests.e2e.harness import Stack, bound, free_port, job_id_of, running_process, unique
-from tests.kube_fake import FakeKubeServer
 from tests.webhook.reviews import MANAGED_NS, SCHEDULER, apply_patch, pod, response_of, review
 
 # The end-to-end tests' stack factory (and the fixtures it needs), for the image's worker.

@@ -1,5 +1,5 @@
 """The admission chain for real: the chart's webhook configurations in kube-apiserver v1.28
-(tests/kube_real), calling `slurm-bridge webhook` over HTTPS.
+(testbed/kube_real), calling `slurm-bridge webhook` over HTTPS.
 
 tests/deploy/test_webhook_scope.py evaluates the rendered configurations (rules, selectors, CEL
 matchConditions) with a model of the API server; here the API server itself decides. The chart
@@ -37,11 +37,11 @@ from bridge.models import PodRef
 from bridge.tolerations import managed_node_toleration
 from clients.kube_client import load_configuration
 from clients.slurm_client import SlurmClient
+from testbed.kube_real.apiserver import ApiServer
+from testbed.kube_real.cluster import ApiFailure, RealCluster
 from tests.deploy.chart import Manifest, container, env_of, manifests, one
 from tests.deploy.real_chart import ChartIdentity, RecordingKubeClient, apply, object_path, refused
 from tests.e2e.harness import make_pod
-from tests.kube_real.apiserver import ApiServer
-from tests.kube_real.cluster import ApiFailure, RealCluster
 from webhook.policy import AdmissionPolicy
 from webhook.review import AdmissionReview
 from webhook.validate import validate

@@ -1,4 +1,4 @@
-"""The chart's own identity, enforced by a real authorizer (kube-apiserver v1.28, tests/kube_real).
+"""The chart's own identity, enforced by a real authorizer (kube-apiserver v1.28, testbed/kube_real).
 
 tests/deploy/test_rbac.py holds what the chart must grant (the request-to-grant mapping:
 WORKER, WORKER_LEASES, WEBHOOK) and tests/e2e/test_rbac_in_use.py maps each request the bridge
@@ -47,6 +47,9 @@ from bridge.models import PodRef
 from bridge.node_actions import AddTaint, NodeActions, RemoveTaint, ReportEvent
 from clients.kube_client import api_path, load_configuration
 from clients.slurm_client import SlurmClient
+from testbed.kube_real.apiserver import ApiServer
+from testbed.kube_real.cluster import RealCluster
+from testbed.slurm_bed import SlurmTestBed
 from tests.deploy.chart import NAMESPACE, one
 from tests.deploy.real_chart import (
     Account,
@@ -58,9 +61,6 @@ from tests.deploy.real_chart import (
 )
 from tests.deploy.test_rbac import WEBHOOK, WORKER, WORKER_LEASES, Grant
 from tests.e2e.harness import bed_client, bed_settings, bound, finished_cleanly, job_id_of, make_pod
-from tests.kube_real.apiserver import ApiServer
-from tests.kube_real.cluster import RealCluster
-from tests.slurm_bed import SlurmTestBed
 from worker.doctor import Doctor, DoctorSettings
 from worker.main import Bridge
 from worker.settings import load
@@ -592,7 +592,7 @@ async def test_the_worker_passes_the_authorizer_for_groups_this_server_does_not_
                 answers[account.name].append(Call(method, path, query, answer.status_code))
     worker = answers[chart_identity.worker.name]
     # Past the authorizer: 404 on this server, or the stand-in CRD's own answer when an e2e test
-    # of this session installed one (tests/kube_real/crds.py); never 401 or 403.
+    # of this session installed one (testbed/kube_real/crds.py); never 401 or 403.
     assert [str(c) for c in worker if c.status in (401, 403)] == []
     assert any(c.status == 404 for c in worker)
     assert [str(c) for c in answers[chart_identity.bystander.name] if c.status != 403] == []

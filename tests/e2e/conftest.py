@@ -1,7 +1,7 @@
 """The `stack` and `nodes` factories: a complete bridge on real Temporal and real Slurm per test.
 
 Kubernetes is the in-repo fake API server unless a test is marked `ON_REAL_KUBE`
-(or `ON_BOTH_KUBES`): then it is the real kube-apiserver of tests/kube_real, one
+(or `ON_BOTH_KUBES`): then it is the real kube-apiserver of testbed/kube_real, one
 per session, in a namespace of the test's own, and the test skips where that
 server's binaries are absent. The real server is the reference: a test runs on the
 fake only for what the real one cannot do here (fault injection, held requests,
@@ -19,14 +19,14 @@ from temporalio.client import Client
 from bridge import keys
 from bridge.node_facts import gpu_count
 from clients.slurm_client import SlurmClient
+from testbed.kube_backend import KubeBackend
+from testbed.kube_fake import FakeKubeServer
+from testbed.kube_real.apiserver import ApiServer
+from testbed.kube_real.cluster import RealCluster
+from testbed.slurm_bed import SlurmTestBed
 from tests.deploy.chart import NAMESPACE as CHART_NAMESPACE
 from tests.e2e.harness import Stack, bed_client, bed_settings
 from tests.e2e.node_fixtures import NodeStack
-from tests.kube_backend import KubeBackend
-from tests.kube_fake import FakeKubeServer
-from tests.kube_real.apiserver import ApiServer
-from tests.kube_real.cluster import RealCluster
-from tests.slurm_bed import SlurmTestBed
 
 StackFactory = Callable[..., Awaitable[Stack]]
 MakeNodes = Callable[..., Awaitable[NodeStack]]
@@ -90,7 +90,7 @@ async def make_stack(
     ) -> Stack:
         """`gres`: each node's Slurm Gres ("gpu:2"), or one per node; Kubernetes sees nvidia.com/gpu.
         `kubelet`: a kubelet runs bound pods (and ends them after their run-seconds annotation):
-        the fake's own, or tests/kube_real's stand-in on the real API server."""
+        the fake's own, or testbed/kube_real's stand-in on the real API server."""
         partition = slurm_bed.make_partition(nodes=nodes, cpus=cpus, memory_mb=memory_mb, gres=gres)
         per_node = [gres or ""] * nodes if gres is None or isinstance(gres, str) else list(gres)
         kube = make_kube(partition.name, kubelet)

@@ -1,6 +1,6 @@
 """Workload objects as their controllers create them, for tests on the real API server.
 
-No controller runs beside tests/kube_real's API server, so a test plays them: each helper
+No controller runs beside testbed/kube_real's API server, so a test plays them: each helper
 here creates what one controller creates, with the owner references (controller: true and
 blockOwnerDeletion, as controller-runtime's and kube-controller-manager's helpers set them),
 names, labels and annotations that controller's source gives them:
@@ -30,7 +30,7 @@ import copy
 import hashlib
 from typing import Any
 
-from tests.kube_backend import KubeBackend
+from testbed.kube_backend import KubeBackend
 
 Json = dict[str, Any]
 

@@ -9,7 +9,6 @@ after the partition (so pod keys never collide across tests), and a Bridge
 import asyncio
 import contextlib
 import json
-import os
 import signal
 import socket
 import sys
@@ -32,32 +31,21 @@ from bridge import keys
 from bridge.models import PlacementState, PodRef
 from bridge.slurm_api import API_VERSION
 from clients.kube_client import KubeClient, api_path
-from clients.slurm_client import SlurmClient, SlurmUnavailable
-from tests.kube_backend import KubeBackend, fake_of
-from tests.kube_fake import ApiError, FakeKubeServer
-from tests.kube_real.cluster import ApiFailure
-from tests.slurm_bed import SlurmTestBed, TestPartition
+from clients.slurm_client import SlurmClient
+from clients.slurm_errors import SlurmUnavailable
+from testbed.kube_backend import KubeBackend, fake_of
+from testbed.kube_fake import ApiError, FakeKubeServer
+from testbed.kube_real.cluster import ApiFailure
+from testbed.slurm_bed import SlurmTestBed, TestPartition
+from testbed.worker_env import bed_settings as bed_settings  # re-exported: the e2e tests' import
+from testbed.worker_env import settings_env as settings_env  # (testbed: kill points use them too)
 from worker.main import Bridge
 from worker.pod_watcher import workflow_id
-from worker.settings import WorkerSettings, load_settings
+from worker.settings import WorkerSettings
 from workflows.placement import PlacementWorkflow
 
 Pod = dict[str, Any]
 Predicate = Callable[[Pod | None], object]
-
-
-def bed_settings(bed: SlurmTestBed, kubeconfig: Path, task_queue: str, **overrides: Any) -> WorkerSettings:
-    """Worker settings pointing at the real Slurm test bed and a fake API server, polling fast."""
-    defaults: dict[str, Any] = {
-        "temporal_task_queue": task_queue,
-        "slurm_rest_url": bed.rest_url,
-        "slurm_user_name": bed.user_name,
-        "slurm_jwt_file": bed.jwt_file,
-        "kubeconfig": str(kubeconfig),
-        "job_watch_interval": 0.2,
-        "metrics_port": 0,
-    }
-    return load_settings(**{**defaults, **overrides})
 
 
 def bed_client(bed: SlurmTestBed, api_version: str = API_VERSION) -> SlurmClient:
@@ -334,25 +322,6 @@ def leader_worker_env(stack: Stack, health_port: int, **extra: str) -> dict[str,
         SWEEP_INTERVAL="0",
         **extra,
     )
-
-
-def settings_env(s: WorkerSettings, temporal_address: str, **extra: str) -> dict[str, str]:
-    """The environment of a `slurm-bridge worker` process with these test-bed settings."""
-    return {
-        **os.environ,
-        "TEMPORAL_ADDRESS": temporal_address,
-        "TEMPORAL_TASK_QUEUE": s.temporal_task_queue,
-        "SLURM_REST_URL": s.slurm_rest_url,
-        "SLURM_USER_NAME": s.slurm_user_name or "",
-        "SLURM_JWT_FILE": str(s.slurm_jwt_file),
-        "SLURM_API_VERSION": s.slurm_api_version,
-        "KUBECONFIG": s.kubeconfig or "",
-        "SLURM_PARTITION": s.partition,
-        "SCHEDULER_NAME": s.scheduler_name,
-        "JOB_WATCH_INTERVAL": str(s.job_watch_interval),
-        "HEALTH_PORT": "0",
-        **extra,
-    }
 
 
 @contextlib.asynccontextmanager

@@ -29,11 +29,11 @@ from bridge import keys
 from bridge.node_actions import NodeSyncResult
 from clients.kube_client import KubeClient, load_configuration
 from clients.slurm_client import SlurmClient
+from testbed.kube_backend import KubeBackend, fake_of
+from testbed.kube_fake import FakeKubeServer
+from testbed.kube_real.cluster import NOT_READY_TAINT
+from testbed.slurm_bed import SlurmBedError, SlurmTestBed, TestPartition
 from tests.e2e.harness import run_scheduled
-from tests.kube_backend import KubeBackend, fake_of
-from tests.kube_fake import FakeKubeServer
-from tests.kube_real.cluster import NOT_READY_TAINT
-from tests.slurm_bed import SlurmBedError, SlurmTestBed, TestPartition
 from worker.main import Bridge
 from worker.schedules import ensure_node_sync_schedule
 from worker.settings import WorkerSettings

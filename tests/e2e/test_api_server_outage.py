@@ -11,9 +11,9 @@ it does when a control-plane node restarts.
 
 import pytest
 
+from testbed.kube_real.cluster import RealCluster
 from tests.e2e.conftest import ON_REAL_KUBE, StackFactory
 from tests.e2e.harness import bound, finished_cleanly, job_id_of, kubelet_stops, wait_job_state
-from tests.kube_real.cluster import RealCluster
 
 pytestmark = [pytest.mark.slurm, ON_REAL_KUBE]
 

@@ -1,6 +1,6 @@
 """SIGKILL the real worker process at every step of a placement, for a pod and for a group.
 
-Each kill lands between two side effects (tests/e2e/kill_points.py); a new worker process
+Each kill lands between two side effects (testbed/kill_points.py); a new worker process
 takes over. Afterwards exactly one Slurm job ever existed per placement, every pod was bound
 (each on its own node) and then released, no job outlives its pods, no pod keeps the finalizer,
 and the new worker took over well before the 60 s attempt timeout (a killed worker's step is
@@ -20,13 +20,13 @@ from temporalio.service import RPCError
 from bridge import keys
 from bridge.models import admin_comment_for
 from bridge.sweep import SweepResult
+from testbed.kill_points import HoldingKube, KillBed, KillPoint, Kind, place_with_kill, worker_env
+from testbed.kube_fake import FakeKubeServer
+from testbed.kube_real.proxy import ProxiedCluster
+from testbed.slurm_bed import SlurmTestBed
 from tests.e2e.conftest import ON_REAL_KUBE
 from tests.e2e.harness import bed_client, run_scheduled
-from tests.e2e.kill_points import HoldingKube, KillBed, KillPoint, Kind, place_with_kill, worker_env
-from tests.kube_fake import FakeKubeServer
-from tests.kube_real.proxy import ProxiedCluster
 from tests.slurm.test_slurm_client import external_job
-from tests.slurm_bed import SlurmTestBed
 from worker.schedules import sweep_schedule_id
 
 pytestmark = [pytest.mark.slurm, ON_REAL_KUBE]

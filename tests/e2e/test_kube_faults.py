@@ -18,9 +18,9 @@ from temporalio.client import WorkflowExecutionStatus
 
 from bridge import grouping, keys
 from bridge.models import workflow_id_of
+from testbed.kube_fake import RUN_SECONDS
 from tests.e2e.conftest import StackFactory
 from tests.e2e.harness import Pod, Stack, make_pod
-from tests.kube_fake import RUN_SECONDS
 
 pytestmark = pytest.mark.slurm
 

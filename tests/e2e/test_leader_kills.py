@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from testbed.kube_real.cluster import RealCluster
 from tests.e2e.conftest import ON_REAL_KUBE, StackFactory
 from tests.e2e.harness import (
     Stack,
@@ -35,7 +36,6 @@ from tests.e2e.harness import (
     unique,
 )
 from tests.health_probe import probe, ready_body, sees_leader
-from tests.kube_real.cluster import RealCluster
 
 pytestmark = pytest.mark.slurm
 

@@ -30,10 +30,10 @@ from typing import Any
 import pytest
 
 from bridge import hostlist, keys
+from testbed.slurm_bed import SlurmTestBed
 from tests.e2e.conftest import ON_REAL_KUBE, MakeNodes
 from tests.e2e.harness import Pod, bound, finished_cleanly, job_id_of, make_pod
 from tests.e2e.node_fixtures import Json, NodeStack
-from tests.slurm_bed import SlurmTestBed
 from worker.node_cache import NodeCache
 
 pytestmark = [pytest.mark.slurm, ON_REAL_KUBE]

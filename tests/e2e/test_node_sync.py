@@ -24,10 +24,10 @@ from bridge.node_actions import PARTITION_NOT_FOUND, REGISTERED, owned_by
 from bridge.node_facts import is_busy
 from bridge.slurm_api import API_VERSIONS, JobDescMsg
 from clients.kube_client import KubeClient, load_configuration
+from testbed.kube_fake import FakeKubeServer
 from tests.e2e.conftest import ON_REAL_KUBE, MakeNodes
 from tests.e2e.harness import make_pod, wait_job_state
 from tests.e2e.node_fixtures import Json, NodeStack, workflow_id
-from tests.kube_fake import FakeKubeServer
 from worker.node_watcher import NodeWatcher
 from worker.schedules import ensure_node_sync_schedule
 from worker.settings import load_settings

@@ -1,7 +1,7 @@
 """A pod placed by real Slurm 26.05, end to end, through every real wire.
 
 Real: Temporal dev server, slurmctld + slurmrestd (JWT), the `kubernetes`
-client over HTTP. Simulated: the Kubernetes API server (tests/kube_fake),
+client over HTTP. Simulated: the Kubernetes API server (testbed/kube_fake),
 whose role as kubelet the tests play by setting pod phases.
 """
 
@@ -17,11 +17,11 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 from tenacity import AsyncRetrying, stop_after_delay, wait_fixed
 
-from bench.probes import history_cost
 from bridge import keys
 from bridge import search_attributes as sa
 from bridge.slurm_api import API_VERSIONS
 from bridge.tolerations import managed_node_toleration
+from testbed.history_cost import history_cost
 from tests.e2e.conftest import ON_REAL_KUBE, StackFactory
 from tests.e2e.harness import Pod, Stack, bound, finished_cleanly, job_id_of, make_pod, slurm_bridge
 from worker.main import unsandboxed_runner

@@ -11,11 +11,11 @@ import re
 
 import pytest
 
+from testbed.kube_fake.faults import RecordedRequest
 from tests.deploy.chart import manifests, one
 from tests.deploy.test_rbac import Grant, granted
 from tests.e2e.conftest import StackFactory
 from tests.e2e.harness import bound, finished_cleanly, job_id_of
-from tests.kube_fake.faults import RecordedRequest
 
 pytestmark = pytest.mark.slurm
 

@@ -24,10 +24,10 @@ from pathlib import Path
 import pytest
 
 from bridge import keys
+from testbed.slurm_bed import SlurmTestBed
 from tests.e2e.conftest import StackFactory
 from tests.e2e.harness import Stack, bound, finished_cleanly, slurm_bridge
 from tests.secret_search import found_in, log_texts, workflow_histories
-from tests.slurm_bed import SlurmTestBed
 
 pytestmark = pytest.mark.slurm
 REFUSED = "Protocol authentication error"  # slurmrestd's words for a token it refuses

@@ -14,10 +14,10 @@ import pytest
 
 from bridge import keys
 from bridge.node_actions import SLURMD_NODE, ownership_comment
+from testbed.slurm_bed import ENDED_STATES, SlurmTestBed
 from tests.e2e.conftest import MakeNodes
 from tests.e2e.harness import bound, finished_cleanly, job_id_of, make_pod, wait_job_state
 from tests.e2e.node_fixtures import Json
-from tests.slurm_bed import ENDED_STATES, SlurmTestBed
 
 pytestmark = pytest.mark.slurm
 

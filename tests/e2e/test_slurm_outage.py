@@ -1,6 +1,6 @@
 """Slurm away and back (issue #10, fault suite item 2): nothing lost or doubled, pods say why.
 
-The bridge under test talks to a slurmrestd of its own (tests/slurm_bed.py,
+The bridge under test talks to a slurmrestd of its own (testbed/slurm_bed.py,
 `extra_slurmrestd`), in front of the shared slurmctld: stopping it is an outage
 for this test only. Its token is a file of its own, replaced while it runs.
 
@@ -30,11 +30,11 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from bench.probes import history_cost
 from clients.slurm_client import SlurmClient
+from testbed.history_cost import history_cost
+from testbed.slurm_bed import ExtraRestd, SlurmTestBed
 from tests.e2e.conftest import ON_REAL_KUBE, StackFactory
 from tests.e2e.harness import Pod, Stack, bound, finished_cleanly, job_id_of
-from tests.slurm_bed import ExtraRestd, SlurmTestBed
 from worker.slurm_waker import waiting_query
 from workflows.placement import PlacementWorkflow
 

@@ -23,6 +23,8 @@ from bridge.slurm_api import JobDescMsg
 from bridge.slurm_api.v0044 import V0044JobInfo
 from bridge.sweep import SweepRequest, SweepResult
 from clients.slurm_client import SlurmClient
+from testbed.kube_fake import FakeKubeServer
+from testbed.slurm_bed import SlurmTestBed
 from tests.e2e.conftest import ON_REAL_KUBE, StackFactory
 from tests.e2e.harness import (
     Pod,
@@ -35,8 +37,6 @@ from tests.e2e.harness import (
     make_pod,
     unique,
 )
-from tests.kube_fake import FakeKubeServer
-from tests.slurm_bed import SlurmTestBed
 from worker.schedules import ensure_sweep_schedule
 from workflows.placement import PlacementWorkflow
 from workflows.sweep import SweepWorkflow

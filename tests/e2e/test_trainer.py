@@ -4,7 +4,7 @@ No controller runs here: the test plays Trainer (with `podGroupPolicy: coschedul
 and the Job controller, creating the TrainJob, the PodGroup and JobSet Trainer makes, the Job
 the JobSet controller makes and the Indexed pods the Job controller makes, each as that
 controller creates it (tests/e2e/controllers.py). The TrainJob, JobSet and PodGroup CRDs are
-structural stand-ins (tests/kube_real/crds.py).
+structural stand-ins (testbed/kube_real/crds.py).
 
 The bridge runs with a token of the Helm chart's worker ServiceAccount, bound to the chart's
 RBAC, which grants nothing on TrainJobs, and every request it sends is recorded with the API
@@ -21,13 +21,13 @@ import pytest
 from activities.placement import SIZED_BY_LARGEST_POD
 from bridge import keys
 from clients.kube_client import load_configuration
+from testbed.kube_real.apiserver import TEST_PROBE_AGENT, ApiServer
+from testbed.kube_real.cluster import RealCluster
 from tests.deploy.chart import NAMESPACE, manifests
 from tests.deploy.real_chart import RecordingKubeClient, install_identity, refused
 from tests.e2e import controllers
 from tests.e2e.conftest import ON_REAL_KUBE, StackFactory
 from tests.e2e.harness import bound, finished_cleanly, job_id_of
-from tests.kube_real.apiserver import TEST_PROBE_AGENT, ApiServer
-from tests.kube_real.cluster import RealCluster
 
 pytestmark = [pytest.mark.slurm, ON_REAL_KUBE]
 

@@ -1,5 +1,5 @@
 """The workloads people bring, each as its controller creates it, placed by real Slurm on the real
-kube-apiserver (tests/kube_real).
+kube-apiserver (testbed/kube_real).
 
 No controller runs here: each test plays the controllers of its workload (JobSet, Job,
 LeaderWorkerSet, ReplicaSet), creating their objects and pods as they would (ownership,

@@ -10,8 +10,8 @@ import kubernetes.aio.client
 import kubernetes.client
 import pytest
 
-from tests.kube_fake import FakeKubeServer
-from tests.kube_fake.backend import (
+from testbed.kube_fake import FakeKubeServer
+from testbed.kube_fake.backend import (
     WIDGETS,
     CustomResource,
     KubeApi,
@@ -20,7 +20,7 @@ from tests.kube_fake.backend import (
     real_api,
     uninstall_custom_resource,
 )
-from tests.kube_real.apiserver import ApiServer
+from testbed.kube_real.apiserver import ApiServer
 
 
 @pytest.fixture
@@ -66,7 +66,7 @@ def real_widgets(real_apiserver: ApiServer) -> Iterator[CustomResource]:
 
 @pytest.fixture(params=["fake", "real"])
 def kube_api(request: pytest.FixtureRequest) -> Iterator[KubeApi]:
-    """The same test against the fake and against the real kube-apiserver (tests/kube_fake/backend.py);
+    """The same test against the fake and against the real kube-apiserver (testbed/kube_fake/backend.py);
     the real one skips where its binaries are absent."""
     if request.param == "fake":
         with fake_api() as api:

@@ -14,9 +14,9 @@ import kubernetes.aio.client
 import pytest
 from kubernetes.aio.client.exceptions import ApiException
 
-from tests.kube_fake import FakeKubeServer
-from tests.kube_fake.backend import KubeApi
-from tests.kube_fake.builders import Client, aio_kube_config, aio_watch, error_body, pod_body
+from testbed.kube_fake import FakeKubeServer
+from testbed.kube_fake.backend import KubeApi
+from testbed.kube_fake.builders import Client, aio_kube_config, aio_watch, error_body, pod_body
 
 
 @pytest.fixture

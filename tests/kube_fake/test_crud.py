@@ -14,9 +14,9 @@ import kubernetes.client
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from tests.kube_fake import FakeKubeServer, ResourceType
-from tests.kube_fake.backend import KubeApi
-from tests.kube_fake.builders import Client, error_body, header, pod_body
+from testbed.kube_fake import FakeKubeServer, ResourceType
+from testbed.kube_fake.backend import KubeApi
+from testbed.kube_fake.builders import Client, error_body, header, pod_body
 
 RFC3339_Z = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
 

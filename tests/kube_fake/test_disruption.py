@@ -15,9 +15,9 @@ import kubernetes.client
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from tests.kube_fake import FakeKubeServer
-from tests.kube_fake.backend import KubeApi
-from tests.kube_fake.builders import Client, error_body, pod_body
+from testbed.kube_fake import FakeKubeServer
+from testbed.kube_fake.backend import KubeApi
+from testbed.kube_fake.builders import Client, error_body, pod_body
 
 VIOLATION = "Cannot evict pod as it would violate the pod's disruption budget."
 KEEP = "example.com/keep"

@@ -11,7 +11,7 @@ import kubernetes.client
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from tests.kube_fake.builders import Client, error_body, pod_body
+from testbed.kube_fake.builders import Client, error_body, pod_body
 
 DRIVER = "gpu.example.com"
 

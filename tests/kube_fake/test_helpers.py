@@ -16,8 +16,8 @@ import kubernetes.client
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from tests.kube_fake import FakeKubeServer
-from tests.kube_fake.builders import Client, error_body, header, kube_config, pod_body, watch
+from testbed.kube_fake import FakeKubeServer
+from testbed.kube_fake.builders import Client, error_body, header, kube_config, pod_body, watch
 
 
 def test_clear_faults_ends_an_outage(kube_fake: FakeKubeServer, core: Client) -> None:

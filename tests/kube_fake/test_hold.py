@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from tests.kube_fake import FakeKubeServer
-from tests.kube_fake.builders import pod_body
+from testbed.kube_fake import FakeKubeServer
+from testbed.kube_fake.builders import pod_body
 
 POD = "/api/v1/namespaces/default/pods/p"
 LABEL = {"metadata": {"labels": {"step": "labelled"}}}

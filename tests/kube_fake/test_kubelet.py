@@ -1,6 +1,6 @@
 """Behaviour 11: the optional simulated kubelet.
 
-Fake only: no kubelet runs in the real test bed (tests/kube_real/kubelet.py plays one there).
+Fake only: no kubelet runs in the real test bed (testbed/kube_real/kubelet.py plays one there).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any
 import kubernetes.client
 import pytest
 
-from tests.kube_fake import EXIT_CODE, RUN_SECONDS, FakeKubeServer
-from tests.kube_fake.builders import Client, pod_body
+from testbed.kube_fake import EXIT_CODE, RUN_SECONDS, FakeKubeServer
+from testbed.kube_fake.builders import Client, pod_body
 
 
 @pytest.fixture

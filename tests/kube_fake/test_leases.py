@@ -12,8 +12,8 @@ import kubernetes.client
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from tests.kube_fake.backend import KubeApi
-from tests.kube_fake.builders import Client, error_body, watch
+from testbed.kube_fake.backend import KubeApi
+from testbed.kube_fake.builders import Client, error_body, watch
 
 # A MicroTime with a fraction that is not zero: the official client re-encodes a MicroTime
 # from a dict body through datetime.isoformat(), which drops a zero fraction, and the server

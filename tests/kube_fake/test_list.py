@@ -12,9 +12,9 @@ import kubernetes.client
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from tests.kube_fake.backend import CustomResource, KubeApi
-from tests.kube_fake.builders import Client, error_body, pod_body
-from tests.kube_fake.selectors import SelectorError, parse_field_selector, parse_label_selector
+from testbed.kube_fake.backend import CustomResource, KubeApi
+from testbed.kube_fake.builders import Client, error_body, pod_body
+from testbed.kube_fake.selectors import SelectorError, parse_field_selector, parse_label_selector
 
 
 @pytest.fixture

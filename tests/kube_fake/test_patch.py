@@ -11,8 +11,8 @@ import kubernetes.client
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from tests.kube_fake.backend import CustomResource, KubeApi
-from tests.kube_fake.builders import Client, error_body, pod_body, watch
+from testbed.kube_fake.backend import CustomResource, KubeApi
+from testbed.kube_fake.builders import Client, error_body, pod_body, watch
 
 MERGE = "application/merge-patch+json"
 UNMARSHAL = "error decoding patch: json: cannot unmarshal"

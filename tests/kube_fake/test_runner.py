@@ -1,4 +1,4 @@
-"""Behaviour 12: ``python -m tests.kube_fake`` serves until SIGTERM (the fake's own runner)."""
+"""Behaviour 12: ``python -m testbed.kube_fake`` serves until SIGTERM (the fake's own runner)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import kubernetes.client
 
-from tests.kube_fake.builders import Client, kube_config
+from testbed.kube_fake.builders import Client, kube_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -21,7 +21,7 @@ def test_standalone_runner(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "tests.kube_fake",
+            "testbed.kube_fake",
             "--port",
             "0",
             "--kubeconfig",

@@ -19,8 +19,8 @@ import kubernetes.client
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from tests.kube_fake import FakeKubeServer
-from tests.kube_fake.builders import Client, pod_body, watch
+from testbed.kube_fake import FakeKubeServer
+from testbed.kube_fake.builders import Client, pod_body, watch
 
 GROUP, VERSION = "scheduling.k8s.io", "v1alpha2"
 

@@ -13,9 +13,9 @@ import kubernetes.client
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from tests.kube_fake import FakeKubeServer
-from tests.kube_fake.backend import CustomResource, KubeApi
-from tests.kube_fake.builders import Client, error_body, header, pod_body
+from testbed.kube_fake import FakeKubeServer
+from testbed.kube_fake.backend import CustomResource, KubeApi
+from testbed.kube_fake.builders import Client, error_body, header, pod_body
 
 SUCCESS_201 = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 

@@ -11,9 +11,9 @@ from typing import Any
 import kubernetes.client
 import pytest
 
-from tests.kube_fake import FakeClock, FakeKubeServer
-from tests.kube_fake.builders import Client, pod_body
-from tests.kube_fake.taint_eviction import tolerates
+from testbed.kube_fake import FakeClock, FakeKubeServer
+from testbed.kube_fake.builders import Client, pod_body
+from testbed.kube_fake.taint_eviction import tolerates
 
 KEEP = "example.com/keep"  # a finalizer, so a deleted pod stays readable
 

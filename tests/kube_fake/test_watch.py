@@ -20,9 +20,9 @@ import pytest
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from tests.kube_fake import FakeKubeServer
-from tests.kube_fake.backend import CustomResource, KubeApi
-from tests.kube_fake.builders import Client, pod_body, watch
+from testbed.kube_fake import FakeKubeServer
+from testbed.kube_fake.backend import CustomResource, KubeApi
+from testbed.kube_fake.builders import Client, pod_body, watch
 
 
 def _stream(core: Client, w: Client, namespace: str = "default", **kwargs: object) -> Iterator[Client]:

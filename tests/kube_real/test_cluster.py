@@ -4,9 +4,9 @@ import time
 
 import httpx
 
+from testbed.kube_real.apiserver import ApiServer
+from testbed.kube_real.cluster import NOT_READY_TAINT, RealCluster
 from tests.deploy.real_chart import ChartIdentity
-from tests.kube_real.apiserver import ApiServer
-from tests.kube_real.cluster import NOT_READY_TAINT, RealCluster
 
 
 def test_a_ready_node_has_no_not_ready_taint_and_a_new_one_keeps_it(real_cluster: RealCluster) -> None:

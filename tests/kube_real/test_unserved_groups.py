@@ -28,8 +28,8 @@ from bridge.node_actions import CreateSlurmNode
 from bridge.node_sync import plan
 from clients.kube_client import KubeClient, KubeNotFound, api_path, load_configuration
 from clients.slurm_client import SlurmClient
-from tests.kube_real.apiserver import ApiServer
-from tests.kube_real.cluster import RealCluster
+from testbed.kube_real.apiserver import ApiServer
+from testbed.kube_real.cluster import RealCluster
 
 SCHEDULER = keys.DEFAULT_SCHEDULER_NAME
 

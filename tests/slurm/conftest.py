@@ -14,7 +14,7 @@ import pytest
 
 from bridge.keys import EXTERNAL_JOB_FLAG
 from clients.slurm_client import SlurmClient
-from tests.slurm_bed import BedJob, SlurmBedError, SlurmTestBed, TestPartition, wait_until
+from testbed.slurm_bed import BedJob, SlurmBedError, SlurmTestBed, TestPartition, wait_until
 
 MakePartition = Callable[..., TestPartition]
 

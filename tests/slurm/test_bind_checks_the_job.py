@@ -15,8 +15,8 @@ from activities.slurm import SlurmActivities
 from bridge.models import BindInput, PodRef, admin_comment_for
 from clients.kube_client import KubeClient
 from clients.slurm_client import SlurmClient
-from tests.kube_fake import FakeKubeServer
-from tests.kube_fake.builders import pod_body
+from testbed.kube_fake import FakeKubeServer
+from testbed.kube_fake.builders import pod_body
 from tests.slurm.conftest import MakePartition
 from tests.slurm.test_slurm_client import external_job, wait_for_job
 

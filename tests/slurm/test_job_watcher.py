@@ -20,9 +20,9 @@ from temporalio.client import Client, WorkflowHandle
 
 from bridge.models import JobEvent, admin_comment_for, workflow_id_of
 from clients.slurm_client import SlurmClient
+from testbed.slurm_bed import SlurmTestBed, TestPartition
 from tests.slurm.conftest import MakePartition
 from tests.slurm.test_slurm_client import UNKNOWN_JOB_ID, external_job
-from tests.slurm_bed import SlurmTestBed, TestPartition
 from worker.job_registry import LiveJobs
 from worker.job_watcher import JobWatcher
 

@@ -15,20 +15,20 @@ import pytest
 from bridge.hostlist import compress
 from bridge.keys import EXTERNAL_JOB_FLAG
 from bridge.slurm_api import JobDescMsg, JobInfo, Uint32NoVal, Uint64NoVal, UpdateNodeMsg
-from clients.slurm_client import (
+from clients.slurm_client import SlurmClient
+from clients.slurm_errors import (
     ESLURM_INVALID_JOB_ID,
     ESLURM_INVALID_NODE_NAME,
     ESLURM_NODES_BUSY,
     SLURM_PROTOCOL_AUTHENTICATION_ERROR,
     SLURMCTLD_COMMUNICATIONS_CONNECTION_ERROR,
     SlurmAuthError,
-    SlurmClient,
     SlurmNotFound,
     SlurmRejected,
     SlurmUnavailable,
 )
+from testbed.slurm_bed import SlurmTestBed
 from tests.slurm.conftest import MakePartition
-from tests.slurm_bed import SlurmTestBed
 
 pytestmark = pytest.mark.slurm
 

@@ -11,8 +11,8 @@ from activities.slurm import SlurmActivities
 from bridge.keys import EXTERNAL_JOB_FLAG
 from bridge.models import JobDescription, NoValNumber, admin_comment_for
 from clients.slurm_client import SlurmClient
+from testbed.slurm_bed import SlurmTestBed
 from tests.slurm.conftest import MakePartition
-from tests.slurm_bed import SlurmTestBed
 
 pytestmark = pytest.mark.slurm
 

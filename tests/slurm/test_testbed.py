@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
-from tests.slurm.conftest import BridgeNodes, MakeBridgeNodes
-from tests.slurm_bed import (
+from testbed.slurm_bed import (
     DEFAULT_PARTITION,
     HIGH_PARTITION,
     LOW_PARTITION,
     SlurmTestBed,
     wait_until,
 )
+from tests.slurm.conftest import BridgeNodes, MakeBridgeNodes
 
 pytestmark = pytest.mark.slurm
 

@@ -26,14 +26,14 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from clients.kube_client import KubeClient
 from clients.slurm_client import SlurmClient
 from tests.temporal.tls_proxy import MutualTLSProxy
-from worker.main import (
-    Bridge,
+from worker.main import Bridge
+from worker.settings import ConfigurationError, TemporalSettings, WorkerSettings, load
+from worker.temporal_connection import (
     CredentialReloader,
     TemporalCredentials,
     connect_temporal,
     ensure_search_attributes,
 )
-from worker.settings import ConfigurationError, TemporalSettings, WorkerSettings, load
 
 SERVER_NAME = "temporal.test"  # not the address dialled (127.0.0.1): TEMPORAL_TLS_SERVER_NAME must be used
 

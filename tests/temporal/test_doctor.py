@@ -25,12 +25,12 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
-from tests.kube_fake import FakeKubeServer
-from tests.slurm_bed import SlurmTestBed, TestPartition
+from testbed.kube_fake import FakeKubeServer
+from testbed.slurm_bed import SlurmTestBed, TestPartition
 from tests.temporal.conftest import NAMESPACE
 from worker.doctor import PERMISSIONS, Check, DoctorSettings, diagnose
-from worker.main import ensure_search_attributes
 from worker.settings import load
+from worker.temporal_connection import ensure_search_attributes
 
 pytestmark = pytest.mark.slurm
 

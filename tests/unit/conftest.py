@@ -5,7 +5,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 from clients.kube_client import KubeClient
-from tests.kube_fake import FakeKubeServer
+from testbed.kube_fake import FakeKubeServer
 
 
 @pytest.fixture

@@ -22,8 +22,8 @@ from bridge.grouping import (
     PodGroupNotFound,
 )
 from clients.kube_client import KubeClient
-from tests.kube_fake import FakeKubeServer
-from tests.kube_fake.builders import pod_body
+from testbed.kube_fake import FakeKubeServer
+from testbed.kube_fake.builders import pod_body
 from worker.pod_group_waits import PodGroupWaits
 
 P = "slurmjob.slinky.slurm.net/"

@@ -18,8 +18,8 @@ from bridge import keys
 from bridge.models import PodRef
 from clients.kube_client import KubeClient, KubeConflict
 from clients.slurm_client import SlurmClient
-from tests.kube_fake import FakeKubeServer
-from tests.kube_fake.builders import pod_body
+from testbed.kube_fake import FakeKubeServer
+from testbed.kube_fake.builders import pod_body
 
 POD = r"^/api/v1/namespaces/default/pods/p$"
 PLACEMENT = "placement/slurm-bridge/pod/default/p/u1@u1"

@@ -24,8 +24,8 @@ from clients.kube_client import (
     KubeError,
     api_path,
 )
-from tests.kube_fake import FakeKubeServer
-from tests.kube_fake.builders import pod_body
+from testbed.kube_fake import FakeKubeServer
+from testbed.kube_fake.builders import pod_body
 
 PODS = api_path("pods")
 FAST = Backoff(initial=0.01, max=0.05)

@@ -34,8 +34,8 @@ from clients.kube_client import (
 )
 from clients.leader import LeaderElector, LeaderTimings
 from clients.slurm_client import SlurmClient
-from tests.kube_fake import FakeKubeServer
-from tests.kube_fake.builders import pod_body
+from testbed.kube_fake import FakeKubeServer
+from testbed.kube_fake.builders import pod_body
 from tests.unit.bad_proxy import BadProxy, answer, stream
 
 PODS = api_path("pods", namespace="default")
@@ -139,7 +139,7 @@ async def test_a_read_that_met_an_error_page_is_asked_again_at_once(
 
 
 async def test_a_text_404_is_not_found_with_the_servers_text(proxy: BadProxy, client: KubeClient) -> None:
-    # What kube-apiserver answers for an API group it does not serve (tests/kube_real has the real one).
+    # What kube-apiserver answers for an API group it does not serve (testbed/kube_real has the real one).
     slices = api_path("resourceslices", group="resource.k8s.io")
     proxy.answer_next(
         "GET", f"^{slices}$", answer(404, "Not Found", b"404 page not found\n", "text/plain; charset=utf-8")
@@ -406,7 +406,7 @@ async def test_node_sync_never_plans_from_a_node_list_that_came_back_404(
     proxy: BadProxy, client: KubeClient
 ) -> None:
     # A 404 of the nodes, which every cluster serves, is an error: only an optional group's
-    # collection (ResourceSlices) answering 404 means "not served, none" (tests/kube_real).
+    # collection (ResourceSlices) answering 404 means "not served, none" (testbed/kube_real).
     nodes_path = api_path("nodes")
     proxy.answer_next(
         "GET", f"^{nodes_path}$", answer(404, "Not Found", b"404 page not found\n", "text/plain")

@@ -3,7 +3,7 @@
 import pytest
 
 from clients.kube_client import KubeClient
-from tests.kube_fake import FakeKubeServer
+from testbed.kube_fake import FakeKubeServer
 
 
 @pytest.mark.parametrize(

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import pytest
 
 from clients.kube_client import QUICK_RETRIES, KubeClient, KubeConflict, KubeError, api_path
-from tests.kube_fake import FakeKubeServer
-from tests.kube_fake.builders import pod_body
+from testbed.kube_fake import FakeKubeServer
+from testbed.kube_fake.builders import pod_body
 
 POD = api_path("pods", namespace="default", name="p")
 

@@ -14,7 +14,7 @@ import pytest
 
 from clients.kube_client import Json, KubeClient
 from clients.leader import LeaderElector, LeaderTimings
-from tests.kube_fake import FakeKubeServer
+from testbed.kube_fake import FakeKubeServer
 from worker.settings import ConfigurationError, WorkerSettings, load_settings
 
 FAST = LeaderTimings(lease_duration=1.0, renew_deadline=0.6, retry_period=0.2)

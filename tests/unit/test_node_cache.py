@@ -15,7 +15,7 @@ import pytest
 from activities.node_source import ListedNodes, kubernetes_node_names
 from bridge import keys
 from clients.kube_client import Json, KubeClient, api_path
-from tests.kube_fake import FakeKubeServer
+from testbed.kube_fake import FakeKubeServer
 from worker.node_cache import NodeCache, trimmed
 
 NODES = api_path("nodes")

@@ -12,7 +12,7 @@ import pytest
 from temporalio.client import Client
 
 from clients.kube_client import HEALTHY_STREAM_SECONDS, KubeClient, api_path
-from tests.kube_fake import FakeKubeServer
+from testbed.kube_fake import FakeKubeServer
 from worker.pod_watcher import PodWatcher
 
 PODS = api_path("pods")

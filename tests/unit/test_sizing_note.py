@@ -16,8 +16,8 @@ from activities.placement import SIZED_BY_LARGEST_POD, told_once
 from bridge.models import PodRef
 from bridge.translate import Defaults, GroupShape, build_job, sizing_note
 from clients.kube_client import KubeClient, KubeConflict
-from tests.kube_fake import FakeKubeServer
-from tests.kube_fake.builders import pod_body
+from testbed.kube_fake import FakeKubeServer
+from testbed.kube_fake.builders import pod_body
 from tests.unit.test_translate import member
 
 P = "slurmjob.slinky.slurm.net/"

@@ -25,7 +25,7 @@ from bridge.slurm_api.versions import CHANGED_IN_V0045, as_v0044
 ROOT = Path(__file__).resolve().parents[2]
 SPECS = {v: json.loads((ROOT / f"bridge/slurm_api/openapi-v0.0.{v}.json").read_text()) for v in (44, 45)}
 
-# What clients/slurm_client.py and worker/doctor.py call.
+# What clients/slurm_client.py calls (worker/doctor/ reaches Slurm only through it).
 OPERATIONS = [
     ("post", "/job/submit"),
     ("post", "/job/{job_id}"),

@@ -8,7 +8,8 @@ import httpx
 import pytest
 
 from bridge.slurm_api import API_VERSIONS
-from clients.slurm_client import JOB_STATE_CHUNK, MAX_QUERY_CHARS, SlurmClient, SlurmError
+from clients.slurm_client import JOB_STATE_CHUNK, MAX_QUERY_CHARS, SlurmClient
+from clients.slurm_errors import SlurmError
 
 EMPTY_JOBS: dict[str, list[object]] = {"jobs": [], "errors": [], "warnings": []}
 

@@ -6,7 +6,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from clients.slurm_client import SlurmAuthError, SlurmClient, SlurmRejected, SlurmUnavailable
+from clients.slurm_client import SlurmClient
+from clients.slurm_errors import SlurmAuthError, SlurmRejected, SlurmUnavailable
 from clients.slurm_health import SlurmHealth
 
 DOWN = SlurmUnavailable("no answer from slurmrestd (ConnectError)", operation="GET /jobs/state/")

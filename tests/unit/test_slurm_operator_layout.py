@@ -22,8 +22,8 @@ from bridge.node_facts import kube_node_view
 from bridge.node_sync import plan
 from clients.kube_client import Json, KubeClient, api_path
 from clients.slurm_client import SlurmClient
-from tests.kube_fake import FakeKubeServer
-from tests.kube_fake.resources import ResourceType
+from testbed.kube_fake import FakeKubeServer
+from testbed.kube_fake.resources import ResourceType
 
 NAMESPACE = "slurm"
 SCHEDULER = keys.DEFAULT_SCHEDULER_NAME

@@ -14,7 +14,7 @@ from temporalio.worker import Worker
 from tenacity import AsyncRetrying, stop_after_delay, wait_fixed
 
 from bridge.models import PodEvent
-from clients.slurm_client import SlurmUnavailable
+from clients.slurm_errors import SlurmUnavailable
 from clients.slurm_health import SlurmHealth
 from tests.unit.test_placement_failures import POD, StandIns, request
 from worker.slurm_waker import SlurmWaker

@@ -10,7 +10,7 @@ import pytest
 from bridge import keys
 from clients.kube_client import KubeClient
 from clients.leader import LeaderElector, LeaderTimings
-from tests.kube_fake import FakeKubeServer
+from testbed.kube_fake import FakeKubeServer
 from worker.watcher_health import Leadership, WatcherHealth, annotation, read_leadership, rfc3339
 
 FAST = LeaderTimings(lease_duration=1.0, renew_deadline=0.6, retry_period=0.2)

@@ -20,10 +20,10 @@ import uvicorn
 
 from bridge.dra import RESOURCE_GROUP
 from clients.kube_client import KubeClient
+from testbed.kube_fake import DEFAULT_RESOURCES, FakeKubeServer
 from tests.deploy.chart import manifests, one
 from tests.deploy.test_rbac import granted
 from tests.e2e.test_rbac_in_use import authorized_as
-from tests.kube_fake import DEFAULT_RESOURCES, FakeKubeServer
 from tests.webhook.conftest import CertFiles, RunningServer, client_for
 from tests.webhook.reviews import DRA, JOB, MANAGED_NS, Json, container, pod, response_of, review
 from webhook.command import build_server

@@ -19,7 +19,7 @@ import uvicorn
 
 from bridge.labels import parse_selector
 from clients.kube_client import KubeClient
-from tests.kube_fake import FakeKubeServer
+from testbed.kube_fake import FakeKubeServer
 from tests.webhook.conftest import CertFiles, RunningServer, client_for
 from tests.webhook.reviews import SCHEDULER, pod, response_of, review
 from webhook.command import build_server

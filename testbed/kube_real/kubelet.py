@@ -1,7 +1,7 @@
 """A stand-in kubelet for the real API server: no kubelet runs in the test bed.
 
 It does for the test's namespace what the fake's simulated kubelet does
-(tests/kube_fake/kubelet.py), through the real API server:
+(testbed/kube_fake/kubelet.py), through the real API server:
 
 * a pod bound to an existing Node, still Pending and not being deleted, goes
   Running (the fake kubelet's status: conditions, container statuses, IPs);
@@ -18,8 +18,8 @@ import contextlib
 import threading
 import time
 
-from tests.kube_fake.kubelet import EXIT_CODE, RUN_SECONDS, finished_status, running_status
-from tests.kube_real.cluster import ApiFailure, Json, RealCluster
+from testbed.kube_fake.kubelet import EXIT_CODE, RUN_SECONDS, finished_status, running_status
+from testbed.kube_real.cluster import ApiFailure, Json, RealCluster
 
 
 class RealKubelet:

@@ -12,7 +12,7 @@ import pytest
 
 from bench.kube import HttpError, KubeDriver, PodObserver, PodTimes, _Connection, pod_manifest
 from bridge import keys
-from tests.kube_fake import FakeKubeServer
+from testbed.kube_fake import FakeKubeServer
 
 NAMESPACE = "bench"
 

@@ -10,7 +10,7 @@ the full published schemas would test those projects' validation, not ours.
 
 from typing import Any
 
-from tests.kube_real.cluster import ApiFailure, RealCluster
+from testbed.kube_real.cluster import ApiFailure, RealCluster
 
 Json = dict[str, Any]
 

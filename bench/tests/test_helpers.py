@@ -7,19 +7,13 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 
 from bench.kube import KubeDriver, PodObserver, PodTimes
-from bench.placement import (
-    BUDGET_ACTIONS,
-    budget_line,
-    parse,
-    pass_summary,
-    placement_rate,
-    recheck_day,
-    stats_delta,
-)
+from bench.placement.cli import parse
+from bench.placement.figures import pass_summary, recheck_day
+from bench.placement.report_tables import BUDGET_ACTIONS, budget_line
+from bench.placement.results import placement_rate
+from bench.placement.scenarios import stats_delta
 from bench.probes import (
-    HistoryCost,
     RequestStats,
-    history_cost,
     recheck_times,
     split_history,
     step_durations,
@@ -27,6 +21,7 @@ from bench.probes import (
 from bench.slurm import SchedulerPass, _note_reason, scheduler_passes
 from bridge import keys
 from bridge.slurm_api.v0044 import V0044JobInfo
+from testbed.history_cost import HistoryCost, history_cost
 
 
 def test_recheck_times_double_up_to_the_cap() -> None:

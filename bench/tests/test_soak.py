@@ -1,8 +1,8 @@
 """The soak's counts (bench/soak.py), from made-up outcomes: no servers."""
 
 from bench.soak import summarize, text
-from tests.e2e.kill_points import KillPoint, Kind, Outcome
-from tests.slurm_bed import BedJob
+from testbed.kill_points import KillPoint, Kind, Outcome
+from testbed.slurm_bed import BedJob
 
 ENDED = BedJob(1, ("CANCELLED",), "placement/x/ns/p/u@u")
 

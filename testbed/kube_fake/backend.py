@@ -1,4 +1,4 @@
-"""One behaviour test, two API servers: the fake, and the real kube-apiserver of tests/kube_real.
+"""One behaviour test, two API servers: the fake, and the real kube-apiserver of testbed/kube_real.
 
 The ``kube_api`` fixture (conftest.py) hands a test a ``KubeApi``: the server's URL, the
 official client and a raw HTTP client authenticated for it, and a namespace of the test's
@@ -29,9 +29,9 @@ import httpx
 import kubernetes.aio.client
 import kubernetes.client
 
-from tests.kube_fake import FakeKubeServer, ResourceType
-from tests.kube_real.apiserver import ApiServer
-from tests.kube_real.cluster import ApiFailure, RealCluster
+from testbed.kube_fake import FakeKubeServer, ResourceType
+from testbed.kube_real.apiserver import ApiServer
+from testbed.kube_real.cluster import ApiFailure, RealCluster
 
 Backend = Literal["fake", "real"]
 JSON = dict[str, Any]

@@ -1,6 +1,6 @@
 """What the e2e harness asks of a Kubernetes backend: the fake API server or the real one.
 
-`FakeKubeServer` (tests/kube_fake) and `RealCluster` (tests/kube_real) both
+`FakeKubeServer` (testbed/kube_fake) and `RealCluster` (testbed/kube_real) both
 answer it, so one test body runs on either. What only the fake can do (fault
 injection, holding a request, its clock) stays on `FakeKubeServer` and is
 reached through the harness's `fake` property, which such tests use alone.
@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from tests.kube_fake import FakeKubeServer
+from testbed.kube_fake import FakeKubeServer
 
 Json = dict[str, Any]
 T = TypeVar("T")

@@ -7,6 +7,9 @@ time, or jobs a test leaves behind, cannot disturb one another.
 Deliberately independent of `clients.slurm_client`: set-up and clean-up go
 through `scontrol` (and plain HTTP for cancelling), so a bug in the client under
 test cannot hide itself by also breaking the clean-up.
+
+Its size (about 690 lines) is one driver of the chroot's daemons and its users, nodes
+and partitions; a test or benchmark needs all of it at once.
 """
 
 from __future__ import annotations
@@ -445,7 +448,7 @@ class SlurmTestBed:
     @property
     def foreign_user(self) -> ForeignUser:
         if self._foreign is None:
-            # A bed made from the env file alone (bench/placement.py): the same file has it.
+            # A bed made from the env file alone (bench/placement/): the same file has it.
             env_file = self.jwt_file.parent / "env"
             env = _parse_env(env_file.read_text()) if env_file.exists() else {}
             self._foreign = _foreign(env)

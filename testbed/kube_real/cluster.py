@@ -11,13 +11,16 @@ What a real cluster would do and this one cannot, the test plays and says so:
   condition and lifts the `node.kubernetes.io/not-ready:NoSchedule` taint that the
   API server's admission puts on every new Node (only that controller lifts it);
 - the kubelet: `set_pod_phase` writes a pod's status; `TestKubelet`
-  (tests/kube_real/kubelet.py) runs bound pods when a test asks for one;
+  (testbed/kube_real/kubelet.py) runs bound pods when a test asks for one;
 - the namespace controller's set-up: each test namespace gets its `default`
   ServiceAccount, which the ServiceAccount admission plugin needs before a pod.
 
 Waits are event-driven: every resource a test reads is watched (in the test's
 namespace, or cluster-wide for cluster-scoped ones), and a predicate is
 re-checked on each event.
+
+Its size (about 410 lines) is the fake's helper surface over the real API server, method
+for method, so a test runs unchanged on either.
 """
 
 from __future__ import annotations
@@ -36,16 +39,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 
-from tests.kube_fake.builders import node_body
-from tests.kube_real.apiserver import ApiServer
+from testbed.kube_fake.builders import node_body
+from testbed.kube_real.apiserver import ApiServer
 
 if TYPE_CHECKING:
-    from tests.kube_real.kubelet import RealKubelet
+    from testbed.kube_real.kubelet import RealKubelet
 
 Json = dict[str, Any]
 T = TypeVar("T")
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
-# Groups of custom resources a test may use: installed on first use (tests/kube_real/crds.py).
+# Groups of custom resources a test may use: installed on first use (testbed/kube_real/crds.py).
 CUSTOM_GROUPS = frozenset(
     {"scheduling.x-k8s.io", "jobset.x-k8s.io", "leaderworkerset.x-k8s.io", "trainer.kubeflow.org"}
 )
@@ -126,8 +129,8 @@ class RealCluster:
         self.ensure_namespace(namespace)
 
     def start_kubelet(self) -> None:
-        """Play the kubelet for this namespace's pods (tests/kube_real/kubelet.py)."""
-        from tests.kube_real.kubelet import RealKubelet
+        """Play the kubelet for this namespace's pods (testbed/kube_real/kubelet.py)."""
+        from testbed.kube_real.kubelet import RealKubelet
 
         self.kubelet = RealKubelet(self).start()
 
@@ -138,7 +141,7 @@ class RealCluster:
         if name not in self._resources:
             self._discover()
         if name not in self._resources and name.split(".", 1)[-1] in CUSTOM_GROUPS:
-            from tests.kube_real import crds
+            from testbed.kube_real import crds
 
             crds.install(self)
             self._discover()

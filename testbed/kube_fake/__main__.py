@@ -1,6 +1,6 @@
 """Standalone fake apiserver for the local demo stack.
 
-    python -m tests.kube_fake --port 6443 --kubeconfig PATH [--kubelet] [--nodes node-1,node-2]
+    python -m testbed.kube_fake --port 6443 --kubeconfig PATH [--kubelet] [--nodes node-1,node-2]
 
 Prints one line ``kube_fake serving at <url>`` once it accepts connections,
 then serves until SIGTERM/SIGINT.
@@ -18,7 +18,7 @@ from .server import FakeKubeServer
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.kube_fake", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m testbed.kube_fake", description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=6443, help="0 picks a free port")
     parser.add_argument("--kubeconfig", required=True, help="where to write a kubeconfig for this server")

@@ -1,10 +1,10 @@
 """A proxy in front of the real API server that can park one request: kill points on a real cluster.
 
-The kill-point tests (tests/e2e/kill_points.py) SIGKILL the worker while one request
+The kill-point tests (testbed/kill_points.py) SIGKILL the worker while one request
 of a placement step is parked, before it reaches the API server (`applied=False`) or
 after the API server made the change but before the worker hears of it (`applied=True`).
 The fake API server parks requests itself (`FakeKubeServer.hold_next`); in front of the
-real one this proxy does the same, with the same `Hold` (tests/kube_fake/faults.py):
+real one this proxy does the same, with the same `Hold` (testbed/kube_fake/faults.py):
 `arrived`, `release()`, `drop()`.
 
 It serves HTTPS on 127.0.0.1 with the test bed's webhook certificate (signed by the CA
@@ -27,9 +27,9 @@ from typing import Any
 
 import httpx
 
-from tests.kube_fake.faults import Hold, RecordedRequest
-from tests.kube_real.apiserver import ApiServer
-from tests.kube_real.cluster import RealCluster
+from testbed.kube_fake.faults import Hold, RecordedRequest
+from testbed.kube_real.apiserver import ApiServer
+from testbed.kube_real.cluster import RealCluster
 
 # Hop-by-hop headers (RFC 9110) and those the proxy sets itself.
 NOT_FORWARDED = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length", "host"})

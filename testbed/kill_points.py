@@ -5,7 +5,7 @@ group) and the on-demand soak (bench/soak.py: many placements, random kill point
 
 Every kill lands on an observed side effect, never after a sleep: the Kubernetes side parks
 the worker's next request of the step (`FakeKubeServer.hold_next`, or in front of the real API
-server tests/kube_real/proxy.py's `HoldingProxy`), the test sees the side effect (in Kubernetes,
+server testbed/kube_real/proxy.py's `HoldingProxy`), the test sees the side effect (in Kubernetes,
 or in Slurm through scontrol: never through the product's client),
 kills the worker while the request is parked, then drops the request. So the kill falls exactly
 between two side effects of the placement:
@@ -17,6 +17,9 @@ between two side effects of the placement:
 | after-label      | the job-id label's answer (applied)   | the pod carries the job-id label     |
 | after-bind       | the binding's answer (applied)        | the pod has its nodeName             |
 | during-cleanup   | the finalizer removal (not applied)   | Slurm ended the job (pods finished)  |
+
+Its size (about 430 lines) is the kill points' table and the worker process driver that
+places a pod through each of them.
 """
 
 import asyncio
@@ -31,10 +34,10 @@ from pathlib import Path
 from typing import Any, Protocol, TextIO
 
 from bridge import grouping, keys
-from tests.e2e.harness import bed_settings, settings_env
-from tests.kube_backend import KubeBackend
-from tests.kube_fake import Hold
-from tests.slurm_bed import BedJob, SlurmTestBed
+from testbed.kube_backend import KubeBackend
+from testbed.kube_fake import Hold
+from testbed.slurm_bed import BedJob, SlurmTestBed
+from testbed.worker_env import bed_settings, settings_env
 
 Pod = dict[str, Any]
 SIDE_EFFECT_TIMEOUT = 60.0  # a step that does not happen at all within this is a failure

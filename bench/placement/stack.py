@@ -1,0 +1,118 @@
+"""`Bench`: stands up the stack of tests/e2e (a Temporal dev server, the fake Kubernetes API in its
+own process, one in-process `Bridge` with an installation id of its own), runs the scenario,
+and takes it all down again."""
+
+import asyncio
+import contextlib
+import tempfile
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from bench.kube import CountingKube, KubeDriver, KubeProcess, PodObserver
+from bench.placement.environment import TEMPORAL_CLI, count_slurm_jobs, environment
+from bench.placement.results import Results
+from bench.placement.scenarios import Scenarios
+from bench.probes import CountingTransport, child_pid, free_port, pids_by_comm
+from bench.slurm import ActivitySlurm, WatcherSlurm
+from bridge import search_attributes as sa
+from clients.kube_client import load_configuration
+from worker.main import Bridge
+from worker.settings import load_settings
+
+
+class Bench(Scenarios):
+    async def run(self) -> Results:
+        o, r = self.o, self.results
+        self.loop = asyncio.get_running_loop()
+        self._background: set[asyncio.Future[Any]] = set()
+        r.started = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+        r.environment = environment(self.bed)
+        metrics_port = free_port()
+        self.metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
+        async with contextlib.AsyncExitStack() as stack:
+            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-")))
+            kubeconfig = tmp / "kubeconfig"
+            self.kube_process = KubeProcess(kubeconfig, tmp / "kube_fake.log")
+            await asyncio.to_thread(self.kube_process.start)
+            stack.callback(self.kube_process.stop)
+            self.kube = KubeDriver(self.kube_process.url)
+            nodes = [(n, self.partition.cpus, self.partition.memory_mb) for n in self.partition.node_names]
+            if self.spare is not None:
+                nodes += [(n, self.spare.cpus, self.spare.memory_mb) for n in self.spare.node_names]
+            for name, cpus, memory in nodes:
+                await asyncio.to_thread(self.kube.create_node, name, cpus, memory)
+            env = await WorkflowEnvironment.start_local(
+                dev_server_existing_path=str(TEMPORAL_CLI),
+                data_converter=pydantic_data_converter,
+                search_attributes=sa.ALL,
+                dev_server_log_level="error",
+                dev_server_extra_args=["--metrics-port", str(metrics_port)],
+            )
+            await stack.enter_async_context(env)
+            self.temporal = env.client
+            self.server_pid = child_pid("temporal")
+            chroot = self.bed.jwt_file.parent / "root"
+            self.slurmctld_pid = next(iter(pids_by_comm("slurmctld", chroot)), None)
+            self.slurmrestd_pid = next(iter(pids_by_comm("slurmrestd", chroot)), None)
+
+            run_id = uuid.uuid4().hex[:8]
+            self.task_queue = f"bench-{run_id}"
+            # An installation of its own: other sessions' bridges (and sweeps) on this shared Slurm
+            # act only on their installation's jobs, so they never touch the run's jobs.
+            self.installation = f"bench-{run_id}"
+            settings = load_settings(
+                temporal_task_queue=self.task_queue,
+                slurm_rest_url=self.bed.rest_url,
+                slurm_user_name=self.bed.user_name,
+                slurm_jwt_file=self.bed.jwt_file,
+                kubeconfig=str(kubeconfig),
+                partition=self.partition.name,
+                job_watch_interval=o.watch_interval,
+                installation_id=self.installation,
+                metrics_port=0,
+                **(
+                    {"temporal_max_cached_workflows": o.max_cached_workflows}
+                    if o.max_cached_workflows is not None
+                    else {}
+                ),
+            )
+            r.cache_size = settings.temporal_max_cached_workflows
+            slurm_kwargs: dict[str, Any] = {"user_name": self.bed.user_name, "token_file": self.bed.jwt_file}
+            self.activity_slurm = ActivitySlurm(
+                self.bed.rest_url, counter=CountingTransport(), **slurm_kwargs
+            )
+            self.watcher_slurm = WatcherSlurm(self.bed.rest_url, counter=CountingTransport(), **slurm_kwargs)
+            self.started = True
+            stack.push_async_callback(self.activity_slurm.close)
+            stack.push_async_callback(self.watcher_slurm.close)
+            self.kube_client = CountingKube(await load_configuration(str(kubeconfig)))
+            stack.push_async_callback(self.kube_client.close)
+            bridge = Bridge(self.temporal, self.kube_client, self.activity_slurm, settings)
+            bridge.job_watcher.slurm = self.watcher_slurm  # its own connection and counters
+            observer = PodObserver(self.kube, self.namespace, self.pods, self._notify)
+            observer.start()
+            stack.callback(observer.stop)
+            bridge_task = asyncio.create_task(bridge.run(), name="bridge")
+
+            async def stop_bridge() -> None:
+                bridge_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await bridge_task
+                for task in list(self._background):
+                    task.cancel()
+
+            stack.push_async_callback(stop_bridge)
+            await asyncio.wait_for(bridge.pod_watcher.synced.wait(), 30)
+            r.slurm_jobs_at_start = await asyncio.to_thread(count_slurm_jobs, self.bed)
+
+            if o.scenario == "pending":
+                await self.run_pending()
+            else:
+                await self.run_batch()
+            r.observer = {"lost": observer.lost, **observer.errors}
+        return r
