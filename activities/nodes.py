@@ -19,6 +19,7 @@ from activities.node_source import unbound_bridge_pods
 from bridge import hostlist, keys
 from bridge.device_classes import DEFAULT_DEVICE_CLASSES, DeviceClasses
 from bridge.dra import RESOURCE_GROUP, dra_gpu_counts
+from bridge.models import NodeSnapshotInput
 from bridge.node_actions import (
     DEFAULT_INSTALLATION,
     DELETED,
@@ -102,7 +103,7 @@ class NodeActivities:
     # -- reading -------------------------------------------------------------
 
     @activity.defn(name="read_node_snapshot")
-    async def read_node_snapshot(self) -> NodeSnapshot:
+    async def read_node_snapshot(self, given: NodeSnapshotInput) -> NodeSnapshot:
         """Both sides in full, or an exception: a partial read must never become a plan."""
         listed = await self.kube.request("GET", api_path("nodes"))
         dra_gpus = await self._dra_gpus()

@@ -47,14 +47,18 @@ from bridge.models import (
     ENDED_JOB_STATES,
     BindInput,
     BindResult,
+    CheckJobInput,
     JobDescription,
     JobEvent,
-    PlacementRequest,
     PodRef,
     Prepared,
     PrepareInput,
     ReleaseInput,
+    ReportPendingInput,
+    SlurmUnavailableInput,
     SubmitResult,
+    TellPodsInput,
+    UpdatePendingJobInput,
 )
 from bridge.pod_events import job_annotations, job_id_label
 from bridge.resources import total_allocatable
@@ -405,9 +409,9 @@ class PlacementActivities:
                     blocked.append(ref.key)
         else:
             await self.kube.record_event(given.pods, given.reason, given.message, given.warning)
-        # The claims pinned Slurm's devices to the pods; the job no longer holds them. The
-        # placement names the claims it wrote; only one that cannot (it ran on older code) looks.
-        if given.claims is None or given.claims:
+        # The claims pinned Slurm's devices to the pods; the job no longer holds them. A placement
+        # that wrote none (no DRA pod, or never bound) has none to look for.
+        if given.claims:
             for name in await self.claims.delete_for(given.pods):
                 log.info("ResourceClaim %s deleted", name)
         await self.kube.remove_finalizer(given.pods)
@@ -469,10 +473,11 @@ class PlacementActivities:
 
     @activity.defn(name="report_pending")
     @classified
-    async def report_pending(self, pods: list[PodRef], job_id: int, reason: str, message: str) -> None:
+    async def report_pending(self, given: ReportPendingInput) -> None:
         """Why the pods wait (Slurm's pending reason, or the bridge's): PodScheduled=False and an Event."""
-        event_reason = reason if message else "SlurmJobPending"  # message "": Slurm's own reason
-        message = message or f"Slurm job {job_id} is pending: {reason}"
+        pods, reason = given.pods, given.reason
+        event_reason = reason if given.message else "SlurmJobPending"  # message "": Slurm's own reason
+        message = given.message or f"Slurm job {given.job_id} is pending: {reason}"
         await self.kube.set_unschedulable(pods, reason, message)
         await self.kube.record_event(pods, event_reason, message, False)
         if event_reason == "SlurmJobPending" and pods and (pod := await self.kube.read_pod(pods[0])):
@@ -481,7 +486,7 @@ class PlacementActivities:
     @activity.defn(name="update_pending_job")
     @waits_for_slurm
     @classified
-    async def update_pending_job(self, request: PlacementRequest, job_id: int) -> dict[str, str]:
+    async def update_pending_job(self, given: UpdatePendingJobInput) -> dict[str, str]:
         """The annotations or the nodes changed while Slurm still waits: update the job.
 
         Returns the annotations the job now reflects; a refusal is told on the pods
@@ -489,6 +494,7 @@ class PlacementActivities:
         pods' rules any more, the job stays pending with every node excluded and the
         pods are told why, as when none fitted at submission.
         """
+        request, job_id = given.request, given.job_id
         pods = [pod for ref in request.pods if (pod := await self.kube.read_pod(ref)) is not None]
         annotations = {pod["metadata"]["uid"]: job_annotations(pod) for pod in pods}
         if len(pods) < len(request.pods):
@@ -539,22 +545,23 @@ class PlacementActivities:
     @activity.defn(name="check_job")
     @waits_for_slurm
     @classified
-    async def check_job(self, job_id: int) -> JobEvent:
+    async def check_job(self, given: CheckJobInput) -> JobEvent:
         """The safety re-check: Slurm's word on the job, when no signal came for long."""
-        return await self._read_job(job_id)
+        return await self._read_job(given.job_id)
 
     @activity.defn(name="report_slurm_unavailable")
     @classified
-    async def report_slurm_unavailable(self, pods: list[PodRef], message: str, condition: bool) -> None:
+    async def report_slurm_unavailable(self, given: SlurmUnavailableInput) -> None:
         """Why the pods wait while Slurm is away: a Warning Event, and PodScheduled=False if not bound."""
-        if condition:
-            await self.kube.set_unschedulable(pods, SLURM_UNAVAILABLE, message)
-        await self.kube.record_event(pods, SLURM_UNAVAILABLE, message, True)
+        if given.condition:
+            await self.kube.set_unschedulable(given.pods, SLURM_UNAVAILABLE, given.message)
+        await self.kube.record_event(given.pods, SLURM_UNAVAILABLE, given.message, True)
 
     @activity.defn(name="tell_pods")
     @classified
-    async def tell_pods(self, pods: list[PodRef], reason: str, message: str, warning: bool) -> None:
-        await self.kube.record_event(pods, reason, message, warning)
+    async def tell_pods(self, given: TellPodsInput) -> None:
+        """An Event on each pod: a stuck step, late pods, changes that come too late."""
+        await self.kube.record_event(given.pods, given.reason, given.message, given.warning)
 
     async def _read_job(self, job_id: int, placement_id: str = "") -> JobEvent:
         """The job as Slurm has it now; gone when Slurm does not know it, or (given a placement

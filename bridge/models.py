@@ -361,10 +361,56 @@ class ReleaseInput(Frozen):
     condition: bool = False  # also PodScheduled=False with reason and message (a failed placement)
     # With remove_pods: delete instead of evict (a PodDisruptionBudget blocked eviction for too long).
     force_delete: bool = False
-    # The ResourceClaims the placement wrote ([]: none, so none is looked for); None: the caller
-    # did not keep them, so the pods' claims are looked up. (A placement bound before DRA
-    # support carries [], rightly: its bind wrote no claim.)
-    claims: list[str] | None = None
+    # The ResourceClaims the placement's bind wrote ("ns/name"); [] (no DRA pod, or not bound):
+    # none is looked for, which spares the release a listing of the namespace's claims.
+    claims: list[str] = Field(default_factory=list)
+
+
+# -- the placement's smaller steps, and node sync's read: one input each ------------------
+# A single model per activity, so that a field can be added later with a default.
+
+
+class ReportPendingInput(Frozen):
+    """Why the pods wait: PodScheduled=False and an Event (report_pending)."""
+
+    pods: list[PodRef]
+    job_id: int
+    reason: str  # Slurm's pending reason, or the bridge's own (WaitingForNode) with a message
+    message: str = ""  # "": Slurm's reason, told as "Slurm job <id> is pending: <reason>"
+
+
+class UpdatePendingJobInput(Frozen):
+    """The pods' annotations or the usable nodes changed while the job is pending (update_pending_job)."""
+
+    request: PlacementRequest  # pods: today's members
+    job_id: int
+
+
+class CheckJobInput(Frozen):
+    """The safety re-check's read of the job (check_job)."""
+
+    job_id: int
+
+
+class SlurmUnavailableInput(Frozen):
+    """Why the pods wait while Slurm is away (report_slurm_unavailable)."""
+
+    pods: list[PodRef]
+    message: str
+    condition: bool  # also PodScheduled=False (pods not bound yet)
+
+
+class TellPodsInput(Frozen):
+    """An Event on each pod, and nothing else (tell_pods)."""
+
+    pods: list[PodRef]
+    reason: str
+    message: str
+    warning: bool = False
+
+
+class NodeSnapshotInput(Frozen):
+    """Input of node sync's read_node_snapshot: nothing yet (it reads both sides in full)."""
 
 
 class PlacementCarry(BaseModel):

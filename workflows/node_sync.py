@@ -18,6 +18,7 @@ from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
     from activities.nodes import NodeActivities
+    from bridge.models import NodeSnapshotInput
     from bridge.node_actions import NodeAction, NodeActions, NodeSyncRequest, NodeSyncResult
     from bridge.node_sync import plan
 
@@ -42,6 +43,7 @@ class NodeSyncWorkflow:
     async def run(self, request: NodeSyncRequest) -> NodeSyncResult:
         snapshot = await workflow.execute_activity_method(
             NodeActivities.read_node_snapshot,
+            NodeSnapshotInput(),
             start_to_close_timeout=READ_TIMEOUT,
             retry_policy=SYNC_RETRY,
             summary="read Kubernetes nodes, Slurm nodes and partitions",

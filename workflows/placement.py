@@ -32,7 +32,7 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import Any, TypeGuard
+from typing import Any, TypeGuard, TypeVar, cast
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -47,6 +47,7 @@ with workflow.unsafe.imports_passed_through():
     from bridge.models import (
         BindInput,
         BindResult,
+        CheckJobInput,
         JobEvent,
         Phase,
         PhaseChange,
@@ -57,12 +58,18 @@ with workflow.unsafe.imports_passed_through():
         PodRef,
         PrepareInput,
         ReleaseInput,
+        ReportPendingInput,
+        SlurmUnavailableInput,
+        TellPodsInput,
+        UpdatePendingJobInput,
         end_reason,
     )
     from bridge.slurm_jobs import is_live
     from workflows.members import GroupMembers, PlacementFailed
 
 WORKFLOW_TYPE = keys.PLACEMENT_WORKFLOW_TYPE
+In = TypeVar("In")  # a step's one input (a frozen model of bridge/models.py)
+Out = TypeVar("Out")
 DEFAULT_RECHECK = timedelta(minutes=10)
 RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
 ATTEMPT_TIMEOUT = timedelta(seconds=60)
@@ -339,10 +346,7 @@ class PlacementWorkflow(GroupMembers):
                 self.state.pending_reason = job.reason
                 await self._step(
                     PlacementActivities.report_pending,
-                    self._pods(),
-                    job_id,
-                    job.reason,
-                    "",  # every argument, always: the converter types arguments only when all are given
+                    ReportPendingInput(pods=self._pods(), job_id=job_id, reason=job.reason),
                     summary=f"pending: {job.reason}",
                 )
                 # Waiting with a reason is worth finding: job id and phase become searchable.
@@ -362,11 +366,14 @@ class PlacementWorkflow(GroupMembers):
             )
             await self._step(
                 PlacementActivities.report_pending,
-                self._pods(),
-                job_id,
-                "WaitingForNode",
-                f"Slurm job {job_id} runs; waiting for {', '.join(result.waiting_for)} of an ended job to "
-                f"stop on the same node (at most {self._leaving_bound.total_seconds():.0f} s)",
+                ReportPendingInput(
+                    pods=self._pods(),
+                    job_id=job_id,
+                    reason="WaitingForNode",
+                    message=f"Slurm job {job_id} runs; waiting for {', '.join(result.waiting_for)} of an "
+                    "ended job to stop on the same node "
+                    f"(at most {self._leaving_bound.total_seconds():.0f} s)",
+                ),
                 summary=f"wait for {len(result.waiting_for)} pods to leave",
             )
         await workflow.sleep(LEAVING_POLL, summary="pods of an ended job still stopping")
@@ -407,13 +414,15 @@ class PlacementWorkflow(GroupMembers):
             if self._stuck_terminating():
                 await self._step(
                     PlacementActivities.tell_pods,
-                    self._pods(),
-                    "SlurmJobReleased",
-                    "the pod did not stop within its grace period plus "
-                    f"{self.request.deletion_slack_seconds:.0f} s "
-                    f"(its node may be gone); Slurm job {job_id} is released, although a process may still "
-                    "run on the node",
-                    True,
+                    TellPodsInput(
+                        pods=self._pods(),
+                        reason="SlurmJobReleased",
+                        message="the pod did not stop within its grace period plus "
+                        f"{self.request.deletion_slack_seconds:.0f} s "
+                        f"(its node may be gone); Slurm job {job_id} is released, although a process may "
+                        "still run on the node",
+                        warning=True,
+                    ),
                     summary="give up on a pod stuck terminating",
                 )
                 return None
@@ -429,7 +438,11 @@ class PlacementWorkflow(GroupMembers):
         ended_hint = job is not None and (not job.running if confirm_end else not is_live(job))
         if self._recheck_due or ended_hint:
             was = job
-            job = await self._step(PlacementActivities.check_job, job_id, summary=f"read Slurm job {job_id}")
+            job = await self._step(
+                PlacementActivities.check_job,
+                CheckJobInput(job_id=job_id),
+                summary=f"read Slurm job {job_id}",
+            )
             self._note_job(job)
             if self._recheck_due:
                 self._recheck_due = False
@@ -463,11 +476,9 @@ class PlacementWorkflow(GroupMembers):
         if not (self._annotations_changed() or (pending and nodes_changed)):
             return
         if pending:
-            request = self._members_request()
             annotations = await self._step(
                 PlacementActivities.update_pending_job,
-                request,
-                job_id,
+                UpdatePendingJobInput(request=self._members_request(), job_id=job_id),
                 summary=f"update pending job {job_id}",
             )
             self.translated_annotations.update(annotations)
@@ -477,11 +488,13 @@ class PlacementWorkflow(GroupMembers):
         self.translated_annotations = self._current_annotations()
         await self._step(
             PlacementActivities.tell_pods,
-            self._pods(),
-            "SlurmJobAlreadyAllocated",
-            f"Slurm job {job_id} is already running: changed {keys.SLURMJOB_PREFIX}* annotations "
-            "only apply to a job that is still pending",
-            True,
+            TellPodsInput(
+                pods=self._pods(),
+                reason="SlurmJobAlreadyAllocated",
+                message=f"Slurm job {job_id} is already running: changed {keys.SLURMJOB_PREFIX}* "
+                "annotations only apply to a job that is still pending",
+                warning=True,
+            ),
             summary="annotations changed after allocation",
         )
 
@@ -492,11 +505,13 @@ class PlacementWorkflow(GroupMembers):
         self._told_newcomers.update(ref.uid for ref in untold)
         await self._step(
             PlacementActivities.tell_pods,
-            untold,
-            "WaitingForNextGeneration",
-            f"the group's Slurm job {job_id} was submitted before this pod joined; it will be placed "
-            "with the group's next job when this one ends",
-            False,
+            TellPodsInput(
+                pods=untold,
+                reason="WaitingForNextGeneration",
+                message=f"the group's Slurm job {job_id} was submitted before this pod joined; it will be "
+                "placed with the group's next job when this one ends",
+                warning=False,
+            ),
             summary=f"tell {len(untold)} late pods",
         )
 
@@ -667,8 +682,7 @@ class PlacementWorkflow(GroupMembers):
             warning=warning,
             condition=condition,
             force_delete=force_delete,
-            # DRA arrived with the claims' bookkeeping: a placement bound before wrote none.
-            claims=self.state.claims,
+            claims=self.state.claims,  # what bind wrote ([]: no claim to look for)
         )
         # Never end while holding a job or a finalizer: this step is tried until it succeeds.
         blocked: list[str] = await self._step(
@@ -713,12 +727,13 @@ class PlacementWorkflow(GroupMembers):
 
     async def _step(
         self,
-        method: Callable[..., Awaitable[Any]],
-        *args: Any,
+        method: Callable[[Any, In], Awaitable[Out]],
+        given: In,
+        *,
         summary: str,
         must_finish: bool = False,
         local: bool = False,
-    ) -> Any:
+    ) -> Out:
         """One activity, bounded: a step stuck past its bound is reported on the pods and tried again."""
         bound = timedelta(seconds=self.request.step_bound_seconds)
         pause = min(STUCK_PAUSE, bound)
@@ -734,7 +749,7 @@ class PlacementWorkflow(GroupMembers):
                 try:
                     result = await workflow.execute_local_activity_method(
                         method,
-                        args=list(args),
+                        given,
                         start_to_close_timeout=LOCAL_ATTEMPT_TIMEOUT,
                         retry_policy=ONE_TRY,
                         summary=summary,
@@ -750,7 +765,7 @@ class PlacementWorkflow(GroupMembers):
             try:
                 result = await workflow.execute_activity_method(
                     method,
-                    args=list(args),
+                    given,
                     start_to_close_timeout=ATTEMPT_TIMEOUT,
                     # A worker killed mid-step is noticed in seconds, not after the whole attempt.
                     heartbeat_timeout=timedelta(seconds=self.request.step_heartbeat_seconds),
@@ -767,7 +782,7 @@ class PlacementWorkflow(GroupMembers):
                     await self._wait_for_slurm(summary, cause.message)
                     # The next try is a new activity (its attempt 1): a submission whose answer was
                     # lost may have reached Slurm, so it looks for this placement's job first.
-                    args = tuple(_as_recovery(arg) for arg in args)
+                    given = _as_recovery(given)
                     continue
                 final = isinstance(cause, ApplicationError) and cause.non_retryable
                 if final and not must_finish:
@@ -779,7 +794,7 @@ class PlacementWorkflow(GroupMembers):
                 pause = min(pause * 2, timedelta(minutes=10))
                 # The next try is a new activity too: a submission of the stuck one may have
                 # reached Slurm, so it looks for this placement's job first (exactly once).
-                args = tuple(_as_recovery(arg) for arg in args)
+                given = _as_recovery(given)
 
     async def _wait_for_slurm(self, summary: str, reason: str) -> None:
         """Slurm is away (the worker's gate confirmed it): say so once, then wait for the gate.
@@ -801,7 +816,9 @@ class PlacementWorkflow(GroupMembers):
             with contextlib.suppress(ActivityError):  # best effort, as a stuck report
                 await workflow.execute_activity_method(
                     PlacementActivities.report_slurm_unavailable,
-                    args=[self._pods(), message, not self.state.kube_nodes],
+                    SlurmUnavailableInput(
+                        pods=self._pods(), message=message, condition=not self.state.kube_nodes
+                    ),
                     start_to_close_timeout=timedelta(seconds=30),
                     schedule_to_close_timeout=timedelta(seconds=60),
                     summary="tell the pods Slurm is unavailable",
@@ -835,7 +852,7 @@ class PlacementWorkflow(GroupMembers):
         with contextlib.suppress(ActivityError):
             await workflow.execute_activity_method(
                 PlacementActivities.tell_pods,
-                args=[self._pods(), "PlacementStuck", message, True],
+                TellPodsInput(pods=self._pods(), reason="PlacementStuck", message=message, warning=True),
                 start_to_close_timeout=timedelta(seconds=30),
                 schedule_to_close_timeout=timedelta(seconds=60),
                 summary="report a stuck step",
@@ -847,6 +864,8 @@ def _is_slurm_away(cause: BaseException | None) -> TypeGuard[ApplicationError]:
     return isinstance(cause, ApplicationError) and cause.type == SLURM_UNAVAILABLE
 
 
-def _as_recovery(arg: Any) -> Any:
-    """A submission's input, told that a job of this placement may exist already."""
-    return arg.model_copy(update={"recovery": True}) if isinstance(arg, PrepareInput) else arg
+def _as_recovery(given: In) -> In:
+    """A submission's input, told that a job of this placement may exist already (others as given)."""
+    if isinstance(given, PrepareInput):
+        return cast(In, given.model_copy(update={"recovery": True}))
+    return given

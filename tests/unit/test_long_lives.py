@@ -22,6 +22,7 @@ from bridge import search_attributes as sa
 from bridge.models import (
     BindInput,
     BindResult,
+    CheckJobInput,
     JobEvent,
     PlacementRequest,
     PlacementState,
@@ -53,7 +54,7 @@ class StandIns:
         return BindResult(job=RUNNING, slurm_nodes=["node-a"], nodes=["node-a"])
 
     @activity.defn(name="check_job")
-    async def check_job(self, job_id: int) -> JobEvent:
+    async def check_job(self, given: CheckJobInput) -> JobEvent:
         self.checks += 1
         return RUNNING
 

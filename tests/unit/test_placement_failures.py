@@ -25,6 +25,7 @@ from bridge.failures import KUBE_REJECTED, SLURM_UNAVAILABLE
 from bridge.models import (
     BindInput,
     BindResult,
+    CheckJobInput,
     JobEvent,
     PlacementRequest,
     PlacementState,
@@ -33,6 +34,8 @@ from bridge.models import (
     Prepared,
     PrepareInput,
     ReleaseInput,
+    SlurmUnavailableInput,
+    TellPodsInput,
 )
 from workflows.placement import PlacementWorkflow
 
@@ -109,16 +112,16 @@ class StandIns:
         return BindResult(job=RUNNING, slurm_nodes=["node-a"], nodes=["node-a"])
 
     @activity.defn(name="check_job")
-    async def check_job(self, job_id: int) -> JobEvent:
+    async def check_job(self, given: CheckJobInput) -> JobEvent:
         return RUNNING
 
     @activity.defn(name="tell_pods")
-    async def tell_pods(self, pods: list[PodRef], reason: str, message: str, warning: bool) -> None:
-        self.told.append((reason, message))
+    async def tell_pods(self, given: TellPodsInput) -> None:
+        self.told.append((given.reason, given.message))
 
     @activity.defn(name="report_slurm_unavailable")
-    async def report_slurm_unavailable(self, pods: list[PodRef], message: str, condition: bool) -> None:
-        self.slurm_reports.append((message, condition))
+    async def report_slurm_unavailable(self, given: SlurmUnavailableInput) -> None:
+        self.slurm_reports.append((given.message, given.condition))
 
     @activity.defn(name="release")
     async def release(self, given: ReleaseInput) -> list[str]:

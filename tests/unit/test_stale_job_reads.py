@@ -17,6 +17,7 @@ from temporalio.worker import Worker
 from bridge.models import (
     BindInput,
     BindResult,
+    CheckJobInput,
     JobEvent,
     PlacementRequest,
     PodEvent,
@@ -51,7 +52,7 @@ class StandIns:
         return BindResult(job=RUNNING, slurm_nodes=["node-a"], nodes=["node-a"])
 
     @activity.defn(name="check_job")
-    async def check_job(self, job_id: int) -> JobEvent:
+    async def check_job(self, given: CheckJobInput) -> JobEvent:
         return RUNNING
 
     @activity.defn(name="release")
