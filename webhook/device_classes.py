@@ -17,13 +17,14 @@ failures.
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from bridge import keys
 from bridge.dra import RESOURCE_GROUP
-from clients.informer import Backoff, EventType, Informer, missing
+from clients.informer import Backoff
 from clients.kube_client import Json, KubeClient, KubeError, KubeNotFound, api_path
+from clients.watched import WatchedObjects
 from webhook.policy import ClusterDeviceClasses
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,10 @@ def dra_classes_named(*objects: Any) -> set[str]:
     return found
 
 
+def _present(obj: Json) -> bool:
+    return True  # a class's name is all the checks need
+
+
 class DeviceClassCache:
     """Names of the cluster's DeviceClasses, kept current by list + watch while the group is served."""
 
@@ -75,25 +80,29 @@ class DeviceClassCache:
         read_timeout: float = 5.0,
     ) -> None:
         self.kube = kube
-        self.names: set[str] = set()
         # True: resource.k8s.io/v1 is served; False: it is not (no DeviceClasses); None: not known yet.
         self.served: bool | None = None
         self.unserved_recheck = unserved_recheck
         self.max_backoff = max_backoff
         self.read_timeout = read_timeout
-        self.informer = Informer(
+        self.store = WatchedObjects(
             kube,
             DEVICE_CLASSES,
+            _present,
             name="deviceclasses",
-            on_event=self._on_event,
-            on_synced=self._on_synced,
             watch_timeout_seconds=watch_timeout_seconds,
             backoff=Backoff(initial=min(0.2, max_backoff), max=max_backoff),
+            on_synced=self._on_synced,
         )
+        self.informer = self.store.informer
         # Counters the tests (and debug logs) read: how often the cache had to ask.
         self.probes = 0
         self.lookups = 0
         self._task: asyncio.Task[None] | None = None
+
+    @property
+    def names(self) -> set[str]:
+        return set(self.store.items)
 
     async def start(self) -> None:
         if self._task is None:
@@ -120,8 +129,12 @@ class DeviceClassCache:
                 await asyncio.sleep(self.max_backoff)
                 continue
             if served:
-                await self.informer.run()  # only cancellation ends it
+                await self.store.run()  # only cancellation ends it
             await asyncio.sleep(self.unserved_recheck)
+
+    async def wait_until(self, predicate: Callable[[], bool]) -> None:
+        """Return once `predicate()` holds, checked after each change the cache sees."""
+        await self.store.wait_until(predicate)
 
     async def probe(self) -> bool:
         """List the classes once: whether the group is served, and its classes if so."""
@@ -137,22 +150,13 @@ class DeviceClassCache:
                     self.unserved_recheck,
                 )
             self.served = False
-            self.names.clear()
+            self.store.replace({})
             return False
         self.served = True
-        self.names = {str(item["metadata"]["name"]) for item in listed.get("items") or []}
+        self.store.replace({str(item["metadata"]["name"]): True for item in listed.get("items") or []})
         return True
 
-    def _on_event(self, kind: EventType, obj: Json) -> None:
-        name = str(obj["metadata"]["name"])
-        if kind == "DELETED":
-            self.names.discard(name)
-        else:
-            self.names.add(name)
-
     def _on_synced(self, names: frozenset[str]) -> None:
-        for name in missing(self.names, names):
-            self.names.discard(name)
         self.served = True
         log.info("device class cache listed %d DeviceClasses", len(names))
 
@@ -181,7 +185,7 @@ class DeviceClassCache:
             except READ_ERRORS as error:
                 unknown.append((name, _why(error)))
                 continue
-            self.names.add(name)
+            self.store.put(name, True)
         return ClusterDeviceClasses(missing=frozenset(absent), unknown=tuple(unknown))
 
 

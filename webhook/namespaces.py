@@ -10,15 +10,14 @@ namespace missing from the cache (created a moment ago, its watch event not
 here yet) is fetched once and cached.
 """
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Iterable
 from typing import Any, Protocol
 
 from bridge.labels import Selector
-from clients.informer import Backoff, EventType, Informer, missing
-from clients.kube_client import Json, KubeClient, KubeError, KubeNotFound, api_path
+from clients.informer import Backoff
+from clients.kube_client import KubeClient, KubeError, KubeNotFound, api_path
+from clients.watched import WatchedObjects
 
 log = logging.getLogger(__name__)
 
@@ -65,50 +64,39 @@ class NamespaceLabelCache:
         self, kube: KubeClient, *, watch_timeout_seconds: int = 300, max_backoff: float = 30.0
     ) -> None:
         self.kube = kube
-        self.labels: dict[str, dict[str, str]] = {}
-        self.informer = Informer(
+        self.store = WatchedObjects(
             kube,
             api_path("namespaces"),
+            _labels,
             name="namespaces",
-            on_event=self._on_event,
-            on_synced=self._on_synced,
             watch_timeout_seconds=watch_timeout_seconds,
             backoff=Backoff(initial=min(0.2, max_backoff), max=max_backoff),
+            on_synced=self._on_synced,
         )
-        self.synced = self.informer.synced
+        self.informer = self.store.informer
+        self.synced = self.store.synced
         # Counters the tests (and debug logs) read: how often the cache had to ask.
         self.lists = 0
         self.lookups = 0
-        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def labels(self) -> dict[str, dict[str, str]]:
+        return self.store.items
 
     @property
     def resource_version(self) -> str:
         return self.informer.resource_version
 
     async def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self.run(), name="namespace-label-cache")
+        await self.store.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self.store.stop()
 
     async def run(self) -> None:
-        await self.informer.run()
-
-    def _on_event(self, kind: EventType, obj: Json) -> None:
-        name = str(obj["metadata"]["name"])
-        if kind == "DELETED":
-            self.labels.pop(name, None)
-        else:
-            self.labels[name] = _labels(obj)
+        await self.store.run()
 
     def _on_synced(self, names: frozenset[str]) -> None:
-        for name in missing(self.labels, names):
-            del self.labels[name]
         self.lists += 1
         log.info(
             "namespace label cache listed %d namespaces at resourceVersion %s",
@@ -129,7 +117,7 @@ class NamespaceLabelCache:
         except (KubeError, ValueError) as error:
             raise NamespaceLookupError(f"cannot read namespace {namespace}: {error}") from error
         labels = _labels(obj)
-        self.labels[namespace] = labels
+        self.store.put(namespace, labels)
         return labels
 
 

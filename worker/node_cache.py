@@ -18,14 +18,13 @@ Memory follows the bridge's nodes: other nodes are not kept, and the parts of
 a node no rule reads (the image list, managed fields) are dropped.
 """
 
-import asyncio
 import copy
 from collections.abc import Callable
 
 from activities.node_source import list_bridge_nodes
 from bridge.feasibility import is_bridge_node
-from clients.informer import EventType, Informer, missing
 from clients.kube_client import Json, KubeClient, api_path
+from clients.watched import WatchedObjects
 
 
 def trimmed(node: Json) -> Json:
@@ -42,28 +41,21 @@ class NodeCache:
     def __init__(self, kube: KubeClient, scheduler_name: str) -> None:
         self.kube = kube
         self.scheduler_name = scheduler_name
-        self._changed = asyncio.Event()
-        self._nodes: dict[str, Json] = {}
-        self._informer = Informer(
-            kube,
-            api_path("nodes"),
-            name="bridge nodes",
-            on_event=self._on_event,
-            on_synced=self._on_synced,
-        )
+        # A node that stops being the bridge's (node sync lifted its taint) leaves the store.
+        self._store = WatchedObjects(kube, api_path("nodes"), self._kept, name="bridge nodes")
         self._running = False
         self.reads = 0  # calls answered from the watch
         self.listings = 0  # calls answered by listing, because the cache was not synced
 
     @property
     def synced(self) -> bool:
-        return self._running and self._informer.synced.is_set()
+        return self._running and self._store.synced.is_set()
 
     async def run(self) -> None:
         """Watch until cancelled."""
         self._running = True
         try:
-            await self._informer.run()
+            await self._store.run()
         finally:
             self._running = False
 
@@ -76,24 +68,11 @@ class NodeCache:
 
     async def wait_until(self, predicate: Callable[["NodeCache"], bool]) -> None:
         """Return once `predicate(self)` holds, checked after each change the watch brings."""
-        while not predicate(self):
-            self._changed.clear()
-            await self._changed.wait()
+        await self._store.wait_until(lambda: predicate(self))
 
     def nodes_now(self) -> list[Json]:
         """What the watch has seen so far (complete only once `synced`)."""
-        return list(self._nodes.values())
+        return list(self._store.items.values())
 
-    def _on_event(self, kind: EventType, node: Json) -> None:
-        name = node["metadata"]["name"]
-        # A node that stops being the bridge's (node sync lifted its taint) leaves the cache.
-        if kind == "DELETED" or not is_bridge_node(node, self.scheduler_name):
-            self._nodes.pop(name, None)
-        else:
-            self._nodes[name] = trimmed(node)
-        self._changed.set()
-
-    def _on_synced(self, names: frozenset[str]) -> None:
-        for name in missing(self._nodes, names):
-            del self._nodes[name]
-        self._changed.set()
+    def _kept(self, node: Json) -> Json | None:
+        return trimmed(node) if is_bridge_node(node, self.scheduler_name) else None

@@ -343,15 +343,9 @@ async def test_a_cluster_that_starts_serving_dra_is_noticed_without_a_restart(ku
     try:
         for rt in served:  # the cluster is upgraded: its DeviceClasses (the fixture's) are served
             kube.register_resource(rt)
-        await until_async(lambda: cache.served and "gpu.nvidia.com" in cache.names, "the class seen")
+        seen = cache.wait_until(lambda: bool(cache.served) and "gpu.nvidia.com" in cache.names)
+        await asyncio.wait_for(seen, 10)
         assert await cache.lookup(["gpu.nvidia.com"]) == ClusterDeviceClasses()
         assert single_gets(kube, "gpu.nvidia.com") == 0
     finally:
         await cache.stop()
-
-
-async def until_async(check: Callable[[], Any], what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"{what}: not within {timeout:g} s"
-        await asyncio.sleep(0.02)
