@@ -26,21 +26,15 @@ is the reason given for a node:
    the `not-ready:NoExecute` toleration every pod gets from the
    DefaultTolerationSeconds admission plugin must not let pods onto such nodes.
 4. NodeAffinity: `spec.nodeSelector` (every label equal) and the required node
-   affinity (`requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms`:
-   terms ORed, requirements within a term ANDed; an empty term list, or a term
-   with neither matchExpressions nor matchFields, matches no node; a term with
-   an invalid requirement matches no node; NotIn and DoesNotExist match a node
-   without the label; Gt and Lt compare the label and the value as 64-bit
-   integers and fail when either is not one; matchFields supports In and NotIn
-   with exactly one value, on `metadata.name`).
+   affinity's nodeSelectorTerms, matched by `bridge.matching` (as are the
+   tolerations above; label requirements are `bridge.labels`', the same the
+   webhook and the fake API server use).
 
 Not honoured: preferred node affinity and PreferNoSchedule taints (preferences
 only), inter-pod affinity and anti-affinity (silently ignored), resources, host
 ports and volumes. Topology spread constraints never reach this: the admission
 webhook and the translation refuse them (`bridge.resources.placement_problems`).
 Slurm decides among the nodes left, by its own rules.
-Label keys and values are not re-validated: the API server did that when the
-pod was created.
 
 Hand-written because no maintained Python implementation of these rules was
 found; Kubernetes' own is Go (k8s.io/component-helpers, kube-scheduler's plugins).
@@ -49,14 +43,14 @@ A group's pods each take one node of the same job, so a node is feasible for
 the group only when it is feasible for every pod of it.
 """
 
-import re
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 from bridge import keys
+from bridge.matching import node_affinity_failure, tolerates
 
 Pod = Mapping[str, Any]
 Node = Mapping[str, Any]
@@ -73,9 +67,6 @@ REASON_UNSCHEDULABLE = "node(s) were unschedulable"
 REASON_NODE_NAME = "node(s) didn't match the requested node name"
 REASON_NODE_AFFINITY = "node(s) didn't match Pod's node affinity/selector"
 NO_NODES_AVAILABLE = "no nodes available to schedule pods"
-
-_INT64 = re.compile(r"[+-]?[0-9]+")
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 class Rule(StrEnum):
@@ -151,14 +142,6 @@ def _str(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _int64(text: str) -> int | None:
-    """Go's strconv.ParseInt(text, 10, 64): optional sign, ASCII digits, in range."""
-    if not _INT64.fullmatch(text):
-        return None
-    number = int(text)
-    return number if _INT64_MIN <= number <= _INT64_MAX else None
-
-
 def node_name(node: Node) -> str:
     return _str(_mapping(node.get("metadata")).get("name"))
 
@@ -174,38 +157,7 @@ def _pod_key(pod: Pod) -> str:
     return f"{meta.get('namespace')}/{meta.get('name')}"
 
 
-# -- tolerations ---------------------------------------------------------------
-
-
-def toleration_tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
-    """Kubernetes' Toleration.ToleratesTaint.
-
-    Empty effect matches every effect; empty key matches every key; operator
-    Exists matches every value, Equal (the default) needs the same value; Lt
-    and Gt (alpha, TaintTolerationComparisonOperators) compare integers.
-    """
-    effect, key = _str(toleration.get("effect")), _str(toleration.get("key"))
-    if effect and effect != _str(taint.get("effect")):
-        return False
-    if key and key != _str(taint.get("key")):
-        return False
-    operator = _str(toleration.get("operator"))
-    wanted, actual = _str(toleration.get("value")), _str(taint.get("value"))
-    if operator in ("", "Equal"):
-        return wanted == actual
-    if operator == "Exists":
-        return True
-    if operator in ("Lt", "Gt"):
-        limit, value = _int64(wanted), _int64(actual)
-        if limit is None or value is None:
-            return False
-        return value < limit if operator == "Lt" else value > limit
-    return False
-
-
-def tolerates(tolerations: Iterable[Any], taint: Mapping[str, Any]) -> bool:
-    """Does any of the tolerations tolerate the taint (TolerationsTolerateTaint)?"""
-    return any(isinstance(t, Mapping) and toleration_tolerates(t, taint) for t in tolerations)
+# -- taints and readiness ------------------------------------------------------
 
 
 def _taint_text(taint: Mapping[str, Any]) -> str:
@@ -224,133 +176,6 @@ def _ready(node: Node) -> str:
         if isinstance(condition, Mapping) and condition.get("type") == "Ready":
             return _str(condition.get("status"))
     return ""
-
-
-# -- node selector terms -------------------------------------------------------
-
-
-def _requirement_text(requirement: Mapping[str, Any]) -> str:
-    key, operator = _str(requirement.get("key")), _str(requirement.get("operator"))
-    values = [str(v) for v in _list(requirement.get("values"))]
-    if operator in ("Exists", "DoesNotExist") and not values:
-        return f"{key} {operator}"
-    if operator in ("Gt", "Lt") and len(values) == 1:
-        return f"{key} {operator} {values[0]}"
-    return f"{key} {operator} [{', '.join(values)}]"
-
-
-def _label_requirement_problem(requirement: Mapping[str, Any]) -> str | None:
-    """Why Kubernetes would refuse to parse this matchExpressions entry, or None."""
-    operator = _str(requirement.get("operator"))
-    values = _list(requirement.get("values"))
-    if operator in ("In", "NotIn"):
-        return None if values else "In and NotIn need at least one value"
-    if operator in ("Exists", "DoesNotExist"):
-        return None if not values else "Exists and DoesNotExist take no values"
-    if operator in ("Gt", "Lt"):
-        if len(values) != 1 or not isinstance(values[0], str) or _int64(values[0]) is None:
-            return "Gt and Lt need exactly one integer value"
-        return None
-    return f'unsupported operator "{operator}"'
-
-
-def _label_requirement_matches(requirement: Mapping[str, Any], labels: Mapping[str, Any]) -> bool:
-    """labels.Requirement.Matches, for a requirement that parsed."""
-    key, operator = _str(requirement.get("key")), _str(requirement.get("operator"))
-    values = _list(requirement.get("values"))
-    present = key in labels
-    value = labels.get(key)
-    if operator == "In":
-        return present and value in values
-    if operator == "NotIn":
-        return not present or value not in values
-    if operator == "Exists":
-        return present
-    if operator == "DoesNotExist":
-        return not present
-    # Gt / Lt: the node's label must exist and be an integer too.
-    actual = _int64(value) if isinstance(value, str) else None
-    if actual is None:
-        return False
-    limit = _int64(values[0])
-    assert limit is not None  # checked by _label_requirement_problem
-    return actual > limit if operator == "Gt" else actual < limit
-
-
-def _field_requirement_problem(requirement: Mapping[str, Any]) -> str | None:
-    operator = _str(requirement.get("operator"))
-    if operator not in ("In", "NotIn"):
-        return f'unsupported operator "{operator}" for matchFields (only In and NotIn)'
-    if len(_list(requirement.get("values"))) != 1:
-        return "matchFields In and NotIn need exactly one value"
-    return None
-
-
-def _field_requirement_matches(requirement: Mapping[str, Any], node: Node) -> bool:
-    # Only metadata.name is a node field; any other key reads as "" (fields.Set.Get).
-    fields = {"metadata.name": node_name(node)}
-    actual = fields.get(_str(requirement.get("key")), "")
-    wanted = _list(requirement.get("values"))[0]
-    equal = actual == wanted
-    return equal if _str(requirement.get("operator")) == "In" else not equal
-
-
-def _term_failure(term: Mapping[str, Any], node: Node) -> str | None:
-    """Why a non-empty nodeSelectorTerm does not match the node; None when it does."""
-    expressions = [r for r in _list(term.get("matchExpressions")) if isinstance(r, Mapping)]
-    fields = [r for r in _list(term.get("matchFields")) if isinstance(r, Mapping)]
-    # A parse error anywhere in the term makes the whole term match nothing.
-    for requirement in expressions:
-        if problem := _label_requirement_problem(requirement):
-            return f"{_requirement_text(requirement)} is invalid ({problem})"
-    for requirement in fields:
-        if problem := _field_requirement_problem(requirement):
-            return f"matchFields {_requirement_text(requirement)} is invalid ({problem})"
-    labels = _mapping(_mapping(node.get("metadata")).get("labels"))
-    for requirement in expressions:
-        if not _label_requirement_matches(requirement, labels):
-            key = _str(requirement.get("key"))
-            has = f"{key}={labels[key]}" if key in labels else f"no label {key}"
-            return f"{_requirement_text(requirement)} is false (node has {has})"
-    for requirement in fields:
-        if not _field_requirement_matches(requirement, node):
-            return f"matchFields {_requirement_text(requirement)} is false"
-    return None
-
-
-def _is_empty_term(term: Any) -> bool:
-    term = _mapping(term)
-    return not _list(term.get("matchExpressions")) and not _list(term.get("matchFields"))
-
-
-def node_selector_terms_failure(terms: Sequence[Any], node: Node) -> str | None:
-    """Why required node affinity terms (ORed) exclude the node; None when one matches."""
-    candidates = [_mapping(t) for t in terms if not _is_empty_term(t)]
-    if not candidates:
-        return "required node affinity has no non-empty nodeSelectorTerms, which matches no node"
-    failures: list[str] = []
-    for index, term in enumerate(candidates, 1):
-        failure = _term_failure(term, node)
-        if failure is None:
-            return None
-        failures.append(failure if len(candidates) == 1 else f"term {index}: {failure}")
-    if len(candidates) == 1:
-        return f"required node affinity does not match: {failures[0]}"
-    return f"none of the {len(candidates)} required node affinity terms match: {'; '.join(failures)}"
-
-
-def _affinity_failure(spec: Mapping[str, Any], node: Node) -> str | None:
-    labels = _mapping(_mapping(node.get("metadata")).get("labels"))
-    for key, wanted in _mapping(spec.get("nodeSelector")).items():
-        if key not in labels:
-            return f"nodeSelector {key}={wanted} does not match (node has no label {key})"
-        if labels[key] != wanted:
-            return f"nodeSelector {key}={wanted} does not match (node has {key}={labels[key]})"
-    affinity = _mapping(_mapping(spec.get("affinity")).get("nodeAffinity"))
-    required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
-    if isinstance(required, Mapping):
-        return node_selector_terms_failure(_list(required.get("nodeSelectorTerms")), node)
-    return None
 
 
 # -- the filters ---------------------------------------------------------------
@@ -395,7 +220,7 @@ def pod_exclusion(pod: Pod, node: Node, *, tolerated_by_bridge: Collection[str])
                 _taint_reason(not_ready),
             )
 
-    if failure := _affinity_failure(spec, node):
+    if failure := node_affinity_failure(spec, node):
         return excluded(Rule.NODE_AFFINITY, failure, REASON_NODE_AFFINITY)
     return None
 

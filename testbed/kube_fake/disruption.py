@@ -23,9 +23,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from bridge.labels import Selector, selector_from_object
+
 from . import errors
 from .resources import Registry, ResourceType
-from .selectors import LabelRequirement, labels_match
+from .selectors import labels_match
 from .store import Store, StoredEvent
 from .util import JSON, now_rfc3339, parse_rfc3339
 
@@ -34,7 +36,6 @@ DELETION_TIMEOUT = 120.0  # seconds an evicted pod may take to start terminating
 MAX_DISRUPTED_PODS = 2000
 CONDITION = "DisruptionAllowed"
 VIOLATION = "Cannot evict pod as it would violate the pod's disruption budget."
-_OPERATORS = {"In": "in", "NotIn": "notin", "Exists": "exists", "DoesNotExist": "!"}
 
 
 class SyncError(ValueError):
@@ -42,30 +43,21 @@ class SyncError(ValueError):
 
 
 # ------------------------------------------------------------------ selectors
-def selector_requirements(selector: Any) -> list[LabelRequirement]:
+def pod_selector(selector: Any) -> Selector:
     """metav1.LabelSelectorAsSelector for a non-nil selector; ValueError if invalid."""
     if not isinstance(selector, dict):
         raise ValueError("selector must be an object")
-    reqs = [LabelRequirement(k, "=", (str(v),)) for k, v in (selector.get("matchLabels") or {}).items()]
-    for expr in selector.get("matchExpressions") or []:
-        op = _OPERATORS.get(str(expr.get("operator")))
-        values = tuple(str(v) for v in expr.get("values") or [])
-        if op is None:
-            raise ValueError(f"{expr.get('operator')!r} is not a valid label selector operator")
-        if (op in ("in", "notin")) != bool(values):
-            raise ValueError(f"invalid values for operator {expr.get('operator')}")
-        reqs.append(LabelRequirement(str(expr.get("key")), op, values))
-    return reqs
+    return selector_from_object(selector)
 
 
 def selects(pdb: JSON, pod: JSON) -> bool:
     """Whether the eviction subresource applies ``pdb`` to ``pod``: an invalid,
     nil or empty selector protects nothing there."""
     try:
-        reqs = selector_requirements((pdb.get("spec") or {}).get("selector"))
+        selector = pod_selector((pdb.get("spec") or {}).get("selector"))
     except ValueError:
         return False
-    return bool(reqs) and labels_match(reqs, pod)
+    return not selector.empty and labels_match(selector, pod)
 
 
 def budgets_for_pod(store: Store, registry: Registry, pod: JSON) -> list[JSON]:
@@ -78,11 +70,11 @@ def _pods_for(store: Store, registry: Registry, pdb: JSON) -> list[JSON]:
     if selector is None:
         return []  # labels.Nothing()
     try:
-        reqs = selector_requirements(selector)
+        pod_labels = pod_selector(selector)
     except ValueError as exc:
         raise SyncError(str(exc)) from exc
     pods = store.snapshot(registry.resolve("pods"), pdb["metadata"]["namespace"])
-    return [pod for pod in pods if labels_match(reqs, pod)]
+    return [pod for pod in pods if labels_match(pod_labels, pod)]
 
 
 # ------------------------------------------------------------------ arithmetic
@@ -344,6 +336,6 @@ def _covers(pdb: JSON, pod: JSON) -> bool:
     if selector is None:
         return False
     try:
-        return labels_match(selector_requirements(selector), pod)
+        return labels_match(pod_selector(selector), pod)
     except ValueError:
         return True  # let the sync report the broken selector

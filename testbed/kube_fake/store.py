@@ -30,11 +30,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
+from bridge.labels import Selector
+
 from . import errors, patches, validation
 from .resources import Registry, ResourceType
 from .selectors import (
     FieldRequirement,
-    LabelRequirement,
     SelectorError,
     fields_match,
     labels_match,
@@ -79,7 +80,7 @@ class StoredEvent:
 
 @dataclass(frozen=True)
 class Filter:
-    labels: list[LabelRequirement]
+    labels: Selector
     fields: list[FieldRequirement]
 
     def matches(self, obj: JSON) -> bool:

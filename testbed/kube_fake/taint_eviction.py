@@ -17,16 +17,20 @@ Follows pkg/controller/tainteviction:
   options - the normal graceful path, so finalizers hold the pod - and
   records Events ``TaintManagerEviction``.
 
-Toleration matching is ``Toleration.ToleratesTaint``: an empty effect matches
-every effect, an empty key (only valid with ``Exists``) every key, an empty
-operator means ``Equal``.  The alpha ``Lt``/``Gt`` operators (feature gate
-TaintTolerationComparisonOperators, off by default) never match.
+Toleration matching is ``Toleration.ToleratesTaint``, the node rules' own
+(``bridge.matching``): an empty effect matches every effect, an empty key (only
+valid with ``Exists``) every key, an empty operator means ``Equal``.  The alpha
+``Lt``/``Gt`` operators (feature gate TaintTolerationComparisonOperators, off by
+default) never match.
 """
 
 from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+
+from bridge.labels import Selector
+from bridge.matching import toleration_tolerates
 
 from . import errors
 from .clock import Clock
@@ -47,14 +51,8 @@ PodKey = tuple[str, str]  # (namespace, name)
 
 
 def tolerates(toleration: JSON, taint: JSON) -> bool:
-    if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
-        return False
-    if toleration.get("key") and toleration["key"] != taint.get("key"):
-        return False
-    operator = toleration.get("operator") or "Equal"
-    if operator == "Equal":
-        return (toleration.get("value") or "") == (taint.get("value") or "")
-    return operator == "Exists"
+    """Toleration.ToleratesTaint as the controller calls it, with the comparison operators' gate off."""
+    return toleration_tolerates(toleration, taint, comparison_operators=False)
 
 
 def matching_tolerations(taints: list[JSON], tolerations: list[JSON]) -> list[JSON] | None:
@@ -168,7 +166,7 @@ class TaintEvictionController:
             self._tainted[name] = taints
         else:
             self._tainted.pop(name, None)
-        on_node = Filter([], [FieldRequirement("spec.nodeName", False, name)])
+        on_node = Filter(Selector(), [FieldRequirement("spec.nodeName", False, name)])
         pods = self.store.snapshot(self.pods, None, on_node)
         now = self.clock.now()
         for pod in pods:

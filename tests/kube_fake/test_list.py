@@ -133,6 +133,11 @@ def test_an_empty_value_set_means_the_empty_value(kube_api: KubeApi) -> None:
             "for 'Gt', 'Lt' operators, the value must be an integer",
         ),
         (
+            "tier<99999999999999999999",  # beyond int64, as strconv.ParseInt reads it
+            'unable to parse requirement: values[0]: Invalid value: "99999999999999999999": '
+            "for 'Gt', 'Lt' operators, the value must be an integer",
+        ),
+        (
             "Bad/x=1",
             'unable to parse requirement: <nil>: Invalid value: "Bad/x": '
             "prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, "
@@ -186,10 +191,13 @@ def test_a_field_of_another_kind_is_400(kube_api: KubeApi) -> None:
 
 
 def test_selector_parsers() -> None:
-    assert [(r.key, r.op, r.values) for r in parse_label_selector("a.io/x in (1, 2),!b")] == [
-        ("a.io/x", "in", ("1", "2")),
-        ("b", "!", ()),
+    """The label parser is bridge.labels' (tests/webhook/test_labels.py); the fake's errors are 400s."""
+    selector = parse_label_selector("a.io/x in (1, 2),!b")
+    assert [(r.key, r.operator, r.values) for r in selector.requirements] == [
+        ("a.io/x", "In", frozenset({"1", "2"})),
+        ("b", "DoesNotExist", frozenset()),
     ]
+    assert parse_label_selector(None).empty
     for bad in ("a=b,,c", "=x", "a b", "Bad/x=1", "x=inv@lid"):
         with pytest.raises(SelectorError):
             parse_label_selector(bad)

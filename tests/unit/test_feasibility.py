@@ -12,8 +12,8 @@ from bridge.feasibility import (
     excluded_slurm_nodes,
     group_feasibility,
     is_bridge_node,
-    toleration_tolerates,
 )
+from bridge.matching import toleration_tolerates
 
 
 def node(
