@@ -16,10 +16,11 @@ itself: its callers do, with backoff (Temporal's activity retry policy, the job
 watcher's exponential backoff, the signal delivery's), so a slow slurmrestd is
 never asked again at once.
 
-Its size (about 530 lines) is one method per slurmrestd call; how answers become errors
+Its size (about 670 lines) is one method per slurmrestd call; how answers become errors
 is clients/slurm_errors.py's.
 """
 
+import contextlib
 import logging
 import os
 import re
@@ -33,6 +34,7 @@ from urllib.parse import quote
 import httpx
 from pydantic import BaseModel
 
+from bridge.models import ENDED_JOB_STATES
 from bridge.slurm_api import API_VERSION, API_VERSIONS, request_body
 from bridge.slurm_api.v0044 import (
     V0044ControllerPing,
@@ -184,7 +186,32 @@ class SlurmClient:
 
     async def submit_job(self, job: V0044JobDescMsg) -> int:
         """Submit a job (for the bridge: an EXTERNAL_JOB without script); its job id."""
-        data = await self._call("POST", "/job/submit", body=V0044JobSubmitReq(job=job))
+        return await self._submit(V0044JobSubmitReq(job=job))
+
+    async def submit_het_job(self, components: Sequence[V0044JobDescMsg]) -> int:
+        """Submit ONE heterogeneous job of `components` (for the bridge: EXTERNAL_JOBs); the leader's id.
+
+        Each component carries its own size (`nodes`, `cpus_per_task`, `memory_per_node`,
+        `shared`...) and its own `comment`/`admin_comment`: Slurm keeps a comment on the
+        component it was given to only, so set it on every component a reader may look at.
+        Seen on slurmctld 26.05.5 (v0.0.44, `{"jobs": [...]}`): the answer's job_id is
+        component 0's (the leader); the components get consecutive ids, leader + offset,
+        each with `het_job_id` = the leader and `het_job_offset` 0, 1, ... (`het_job_id_set`
+        "L-L+n"); they are scheduled together (all PENDING, then all RUNNING in one pass);
+        `cancel_job(leader)` cancels every component, while cancelling a non-leader id
+        cancels that component ALONE (the others keep running). A one-element list is a
+        het job of one component (`het_job_id` = its id, state id "N+0"). Errors as for
+        `submit_job`: a bad component is refused whole (422, error 2000 "HetJob submission
+        failed" for an unknown partition in component 1), a field of the wrong type in
+        any component is 200 with a warning and no job_id (SlurmRejected).
+        """
+        if not components:
+            # slurmrestd: 500, error 11 "Refusing HetJob submission without any components".
+            raise ValueError("a heterogeneous job needs at least one component")
+        return await self._submit(V0044JobSubmitReq(jobs=list(components)))
+
+    async def _submit(self, body: V0044JobSubmitReq) -> int:
+        data = await self._call("POST", "/job/submit", body=body)
         answer = parse_answer(V0044OpenapiJobSubmitResponse, data, "POST /job/submit")
         if answer.job_submit_user_msg:
             log.info("slurm job_submit: %s", answer.job_submit_user_msg)
@@ -218,6 +245,39 @@ class SlurmClient:
         if jobs:  # an array or het job answers with its members; the first is the leader
             return jobs[0]
         raise SlurmNotFound(f"no job {job_id}", operation=operation, status=200)
+
+    async def get_job_components(self, job_id: int) -> list[V0044JobInfo]:
+        """Every component of the job `job_id` belongs to, sorted by `het_job_offset`; an
+        ordinary job is a one-element list.
+
+        Measured on slurmctld 26.05.5 (v0.0.44), a het job L of components L, L+1, L+2:
+        `GET /job/L` answers every component once, in offset order; `GET /job/L+1` answers
+        that component alone (once here; ../shared/slurm/README.md saw it twice), with
+        `het_job_id` L. So for a non-leader id the leader is read too (a second request)
+        and the whole het job comes back: the component named is one of them. Should the
+        leader's own GET answer 404 (not seen: it would mean the leader was purged before
+        its components) the components at hand are returned. An ordinary job has
+        `het_job_id` 0 (set) and `het_job_offset` 0. Components are de-duplicated by job id.
+        """
+        jobs = await self._job_answer(job_id)
+        own = next((job for job in jobs if job.job_id == job_id), jobs[0] if jobs else None)
+        if own is None:
+            raise SlurmNotFound(f"no job {job_id}", operation=f"GET /job/{job_id}", status=200)
+        leader = _het_leader(own)
+        if leader is None:
+            return [own]
+        if not any(job.job_id == leader for job in jobs):
+            with contextlib.suppress(SlurmNotFound):  # purged: the components at hand are all
+                jobs = [*jobs, *await self._job_answer(leader)]
+        components: dict[int, V0044JobInfo] = {}
+        for job in jobs:
+            if job.job_id is not None and _het_leader(job) == leader:
+                components.setdefault(job.job_id, job)
+        return sorted(components.values(), key=_het_offset)
+
+    async def _job_answer(self, job_id: int) -> list[V0044JobInfo]:
+        data = await self._call("GET", f"/job/{job_id}", not_found=JOB_MISSING)
+        return parse_answer(V0044OpenapiJobInfoResp, data, f"GET /job/{job_id}").jobs or []
 
     async def list_jobs(self, update_time: int | None = None) -> JobList:
         """All jobs, or none when no job changed since `update_time`; pass back `.update_time`.
@@ -261,8 +321,23 @@ class SlurmClient:
         CSV form its OpenAPI document describes (`?job_id=1,2`) answers HTTP 500,
         `1%2C2` 422. Ids come back as strings. Asked in chunks of at most
         `chunk_size` ids and MAX_QUERY_CHARS characters of query string.
+
+        A heterogeneous job is answered under its LEADER's id, with one state for the
+        whole job. Measured on slurmctld 26.05.5 (v0.0.44), het job 3056 of components
+        3056, 3057, 3058: `?job_id=3056` answers every component, each as "<its own
+        id>+<offset>": "3056+0", "3057+1", "3058+2", in offset order; `?job_id=3057`
+        answers "3057+1" alone; `?job_id=3056&job_id=3057` lists "3057+1" twice (once for
+        the leader, once for itself), so duplicates are expected, across chunks too. An
+        ordinary job stays "3055". The entries carry no het_job_id: the leader is id -
+        offset, as a het job's component ids are consecutive (each component's
+        `het_job_id` is that leader, checked on the bed). A non-leader id asked alone is
+        thus reported under its leader's id. The components' states combine into one:
+        the first ended component's (ENDED_JOB_STATES; cancelling a non-leader id ends
+        that component alone, the others stay RUNNING), else the first PENDING one's,
+        else the leader's (the lowest offset listed).
         """
         states: dict[int, list[str]] = {}
+        het_jobs: dict[int, dict[int, list[str]]] = {}  # leader -> offset -> that component's states
         for chunk in _query_chunks(sorted(set(job_ids)), chunk_size):
             params = httpx.QueryParams([("job_id", str(job_id)) for job_id in chunk])
             data = await self._call("GET", "/jobs/state/", params=params)
@@ -270,8 +345,13 @@ class SlurmClient:
             if not isinstance(entries, list):
                 raise SlurmError("unexpected answer: no jobs list", operation="GET /jobs/state/")
             for entry in entries:
-                job_id, state = _state_entry(entry)
-                states[job_id] = state
+                job_id, offset, state = _state_entry(entry)
+                if offset is None:
+                    states[job_id] = state
+                else:
+                    het_jobs.setdefault(job_id, {})[offset] = state
+        for leader, components in het_jobs.items():
+            states[leader] = _het_job_state(components)
         return states
 
     async def cancel_job(self, job_id: int) -> None:
@@ -512,19 +592,75 @@ def _query_chunks(job_ids: Sequence[int], chunk_size: int) -> Iterator[list[int]
         yield chunk
 
 
-def _state_entry(entry: object) -> tuple[int, list[str]]:
-    """`{"job_id": "2059", "state": ["PENDING"]}` (the id is a string here) → (2059, ["PENDING"])."""
+# A heterogeneous job's component in `GET /jobs/state/`: "<component id>+<offset>".
+_HET_STATE_ID = re.compile(r"([0-9]+)\+([0-9]+)")
+_JOB_STATE_ID = re.compile(r"[0-9]+")
+
+
+class _StateEntry(NamedTuple):
+    job_id: int  # the job's own id; for a het job's component, the LEADER's
+    offset: int | None  # a het job's component: its het_job_offset; None for an ordinary job
+    state: list[str]
+
+
+def _state_entry(entry: object) -> _StateEntry:
+    """`{"job_id": "2059", "state": ["PENDING"]}` (the id is a string here) → (2059, None, ["PENDING"]);
+    a het job's component `{"job_id": "3052+1", ...}` → (3051, 1, [...]): its leader and offset.
+
+    26.05.5 sends no `het_job_id` in these entries, so the leader is the component's id
+    minus its offset (a het job's ids are consecutive); a `het_job_id` in the entry (a
+    number, or a set number struct) would name the leader itself and is used first.
+    """
     operation = "GET /jobs/state/"
     if not isinstance(entry, dict):
         raise SlurmError(f"unexpected answer: job entry {entry!r}", operation=operation)
     raw_id, state = entry.get("job_id"), entry.get("state")
-    try:
-        job_id = int(raw_id) if isinstance(raw_id, int | str) else None
-    except ValueError:
-        job_id = None
-    if job_id is None or not isinstance(state, list) or not all(isinstance(s, str) for s in state):
+    if not isinstance(state, list) or not all(isinstance(s, str) for s in state):
         raise SlurmError(f"unexpected answer: job entry {entry!r}", operation=operation)
-    return job_id, list(state)
+    het = _HET_STATE_ID.fullmatch(raw_id) if isinstance(raw_id, str) else None
+    if het is not None:
+        offset = int(het.group(2))
+        leader = _number(entry.get("het_job_id")) or int(het.group(1)) - offset
+        if leader < 1:
+            raise SlurmError(f"unexpected answer: job entry {entry!r}", operation=operation)
+        return _StateEntry(leader, offset, list(state))
+    # Digits only: int() would also read "3_1" (an array task's form) as 31, and "+1" as 1.
+    if isinstance(raw_id, int) or (isinstance(raw_id, str) and _JOB_STATE_ID.fullmatch(raw_id)):
+        return _StateEntry(int(raw_id), None, list(state))
+    raise SlurmError(f"unexpected answer: job entry {entry!r}", operation=operation)
+
+
+def _number(value: object) -> int | None:
+    """A positive integer given as `5`, `"5"` or `{"set": true, "number": 5}`; None otherwise."""
+    if isinstance(value, dict):
+        value = value.get("number") if value.get("set") else None
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _het_job_state(components: Mapping[int, list[str]]) -> list[str]:
+    """One state for a het job from its components' (by offset): the first ended component's,
+    else the first pending one's, else the leader's (the lowest offset at hand)."""
+    by_offset = [components[offset] for offset in sorted(components)]
+    for state in by_offset:
+        if ENDED_JOB_STATES.intersection(state):
+            return state
+    for state in by_offset:
+        if "PENDING" in state:
+            return state
+    return by_offset[0]
+
+
+def _het_leader(job: V0044JobInfo) -> int | None:
+    """The het job's leader id; None for an ordinary job (`het_job_id` 0)."""
+    het = job.het_job_id
+    return het.number if het is not None and het.set and het.number else None
+
+
+def _het_offset(job: V0044JobInfo) -> int:
+    offset = job.het_job_offset
+    return (offset.number or 0) if offset is not None and offset.set else 0
 
 
 def _segment(name: str) -> str:

@@ -440,7 +440,9 @@ class SlurmTestBed:
             if response.status_code != 200:
                 raise SlurmBedError(f"GET /jobs/state/: HTTP {response.status_code} {response.text[:300]}")
             for job in response.json().get("jobs") or []:
-                states[int(job["job_id"])] = tuple(job.get("state") or ())
+                # A heterogeneous job's components come as "<component id>+<offset>": each is
+                # kept under its own id (the bridge's client folds them into the leader's).
+                states[int(str(job["job_id"]).partition("+")[0])] = tuple(job.get("state") or ())
         return states
 
     # Foreign jobs: another user's, to fill Slurm the way a shared cluster is
