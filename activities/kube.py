@@ -16,9 +16,10 @@ from temporalio.exceptions import ApplicationError
 
 from activities.kube_reader import KubeReader
 from bridge import grouping, keys
+from bridge.components import SizingError, sizing_of, split_by_shape
 from bridge.models import JobDescription, PlacementRequest, PodRef
 from bridge.resources import Capacity
-from bridge.translate import Defaults, GroupShape, TranslationError, build_job
+from bridge.translate import Defaults, GroupShape, TranslationError, build_parts_job
 from clients.kube_client import (
     MERGE_PATCH,
     Json,
@@ -120,31 +121,45 @@ class KubeActivities:
 
     # -- translation -------------------------------------------------------
 
-    async def build_job(
+    async def resolve_group(self, pods: list[Json]) -> tuple[list[Json], grouping.Group]:
+        """The pods in the group's order, and the group they form; bad input is final."""
+        pods = grouping.in_order(pods)
+        try:
+            return pods, await grouping.resolve(KubeReader(self.kube), pods[0])
+        except grouping.GroupError as error:
+            raise ApplicationError(str(error), type=INVALID_POD, non_retryable=True) from error
+
+    def job_parts(self, pods: list[Json], group: grouping.Group) -> list[list[Json]]:
+        """The group's components (bridge/components.py): one per pod shape, or the whole group."""
+        defaults = self.settings.defaults
+        try:
+            sizing = sizing_of(group.annotations, defaults.sizing)
+        except SizingError as error:
+            raise ApplicationError(str(error), type=INVALID_POD, non_retryable=True) from error
+        return split_by_shape(pods, group.annotations, sizing=sizing, devices=defaults.device_classes)
+
+    def build_job(
         self,
         request: PlacementRequest,
-        pods: list[Json],
-        excluded_nodes: list[str] | None = None,
+        group: grouping.Group,
+        parts: Sequence[tuple[list[Json], list[str] | None]],
         capacity: Capacity | None = None,
     ) -> JobDescription:
-        """The job for these pods (as read), in the group's order; bad input is final.
+        """The job for these parts (each with the Slurm nodes it must avoid); bad input is final.
 
         `capacity`: what all the bridge's nodes have together, to refuse a PodGroup whose
         spec.minResources no state of the cluster could meet (`bridge.translate.build_job`).
         """
-        pods = grouping.in_order(pods)
         try:
-            group = await grouping.resolve(KubeReader(self.kube), pods[0])
-            return build_job(
-                pods,
+            return build_parts_job(
+                parts,
                 annotations=group.annotations,
                 shape=group.shape or GroupShape(name=request.group),
                 defaults=self.settings.defaults,
-                excluded_nodes=excluded_nodes,
                 policy=self.settings.policy.current(),
                 capacity=capacity,
             )
-        except (TranslationError, grouping.GroupError) as error:
+        except TranslationError as error:
             raise ApplicationError(str(error), type=INVALID_POD, non_retryable=True) from error
 
     # -- telling people ----------------------------------------------------

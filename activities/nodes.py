@@ -315,15 +315,19 @@ class NodeActivities:
         job_ids = {job_id_label(pod) for pod in await unbound_bridge_pods(self.kube, self.scheduler_name)}
         for job_id in sorted(j for j in job_ids if j is not None):
             try:
-                job = await self.slurm.get_job(job_id)
+                # A heterogeneous job's components each have their own exclusions.
+                components = await self.slurm.get_job_components(job_id)
             except SlurmNotFound:
                 continue
-            excluded = hostlist.expand(job.excluded_nodes or "")
-            if "PENDING" not in (job.job_state or []) or slurm_node not in excluded:
-                continue
-            rest = [name for name in excluded if name != slurm_node]
-            # An empty list counts as unnamed in an update: [""] is what clears it.
-            await self.slurm.update_job(job_id, JobDescMsg(excluded_nodes=rest or [""]))
+            for job in components:
+                excluded = hostlist.expand(job.excluded_nodes or "")
+                if "PENDING" not in (job.job_state or []) or slurm_node not in excluded:
+                    continue
+                rest = [name for name in excluded if name != slurm_node]
+                # An empty list counts as unnamed in an update: [""] is what clears it.
+                await self.slurm.update_job(
+                    int(job.job_id or job_id), JobDescMsg(excluded_nodes=rest or [""])
+                )
 
     # -- Kubernetes: events ----------------------------------------------------
 

@@ -29,7 +29,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.dra import DeviceClaims
 from activities.errors import classified, waits_for_slurm
-from activities.kube import BOUND_ELSEWHERE, UNPROCESSABLE, KubeActivities, now
+from activities.kube import BOUND_ELSEWHERE, INVALID_POD, UNPROCESSABLE, KubeActivities, now
 from activities.node_source import (
     ListedNodes,
     NodeSource,
@@ -40,6 +40,7 @@ from activities.node_source import (
 from activities.pod_group_status import set_scheduled
 from activities.slurm import SlurmActivities
 from bridge import hostlist, keys
+from bridge.components import component_summary
 from bridge.device_classes import DEFAULT_DEVICE_CLASSES, DeviceClasses
 from bridge.failures import SLURM_UNAVAILABLE
 from bridge.feasibility import excluded_slurm_nodes, group_feasibility
@@ -62,7 +63,7 @@ from bridge.models import (
 )
 from bridge.pod_events import job_annotations, job_id_label
 from bridge.resources import total_allocatable
-from bridge.slurm_jobs import job_event, placement_of
+from bridge.slurm_jobs import job_event_of, placement_of
 from bridge.tolerations import managed_node_toleration, tolerates_managed_nodes
 from bridge.translate import sizing_note
 from clients.kube_client import Json, KubeConflict, KubeError, KubeNotFound, api_path
@@ -122,18 +123,26 @@ class PlacementActivities:
                 )
             pods.append(pod)
 
+        pods, group = await self.kube.resolve_group(pods)
+        parts = self.kube.job_parts(pods, group)
         # No bridge node at all (none labelled, and node sync has marked no namesake of a Slurm
-        # node yet): nothing to filter with, Slurm alone decides.
+        # node yet): nothing to filter with, Slurm alone decides. Each part (a heterogeneous
+        # job's component) must find a node its pods may run on.
         nodes = await self._bridge_nodes()
-        feasibility = group_feasibility(pods, nodes)
-        if nodes and feasibility.summary is not None:
-            if feasibility.summary != given.reported:
-                await self._tell_no_node_fits(request.pods, pods[0], feasibility.summary)
-            return Prepared(submitted=False, pods=request.pods, unschedulable=feasibility.summary)
-        job = await self.kube.build_job(
+        checks = [group_feasibility(part, nodes) for part in parts]
+        summary = next((check.summary for check in checks if check.summary is not None), None)
+        # Pods bound already (a reset or adopted placement whose job runs) are pinned by their
+        # nodeName, each to its own node: no node passes a group's rules any more, and none
+        # needs to, since the job they run under is adopted below, not submitted.
+        adopting = all((pod.get("spec") or {}).get("nodeName") for pod in pods)
+        if nodes and summary is not None and not adopting:
+            if summary != given.reported:
+                await self._tell_no_node_fits(request.pods, pods[0], summary)
+            return Prepared(submitted=False, pods=request.pods, unschedulable=summary)
+        job = self.kube.build_job(
             request,
-            pods,
-            excluded_nodes=excluded_slurm_nodes(feasibility),
+            group,
+            [(part, excluded_slurm_nodes(check)) for part, check in zip(parts, checks, strict=True)],
             # Judged at submission only: a job already accepted is not refused later.
             capacity=total_allocatable(nodes) if nodes else None,
         )
@@ -142,8 +151,12 @@ class PlacementActivities:
         by_key = {ref.key: ref for ref in request.pods}
         ordered = [by_key[key] for key in job.pod_keys if key in by_key]
         verb = "submitted" if submitted.created else "adopted (it already existed)"
-        label = {"metadata": {"labels": {keys.LABEL_SLURM_JOB_ID: str(submitted.job_id)}}}
+        offsets = {key: offset for offset, c in enumerate(job.components) for key in c.pod_keys}
         message = f"Slurm job {submitted.job_id} {verb} in partition {job.partition}"
+        if job.components:
+            message += (
+                f", as a heterogeneous job of {component_summary([len(c.pod_keys) for c in job.components])}"
+            )
         # Where the pods ask for different amounts, each is told what it is given instead.
         note = sizing_note(pods, job, f"Slurm job {submitted.job_id}")
         notes = [
@@ -162,7 +175,9 @@ class PlacementActivities:
         # and each of them is safe to repeat).
         read, _, _ = await asyncio.gather(
             self._adopted_job(submitted),
-            asyncio.gather(*(self._patch(ref, label) for ref in ordered)),
+            asyncio.gather(
+                *(self._patch(ref, job_labels(submitted.job_id, offsets.get(ref.key))) for ref in ordered)
+            ),
             asyncio.gather(
                 *(self.kube._event(ref, "SlurmJobSubmitted", message, False) for ref in ordered), *notes
             ),
@@ -500,17 +515,31 @@ class PlacementActivities:
         if len(pods) < len(request.pods):
             return annotations  # a pod is gone: the workflow ends the placement anyway
         try:
+            pods, group = await self.kube.resolve_group(pods)
+            parts = self.kube.job_parts(pods, group)
             nodes = await self._bridge_nodes()
-            feasibility = group_feasibility(pods, nodes)
-            current = (await self.slurm.slurm.get_job(job_id)).excluded_nodes or ""
-            excluded = await with_departed_nodes(
-                SlurmNodeNames(self.slurm.slurm),
-                excluded_slurm_nodes(feasibility),
-                hostlist.expand(current),
-                nodes,
-            )
-            job = await self.kube.build_job(request, pods, excluded_nodes=excluded)
-            await self.slurm.update_job(job_id, job)
+            checks = [group_feasibility(part, nodes) for part in parts]
+            current = await self.slurm.slurm.get_job_components(job_id)
+            if len(current) != len(parts):
+                raise ApplicationError(
+                    f"the pods now make {len(parts)} job component(s) where the job has {len(current)}; "
+                    "a submitted job's components cannot change (the pods' next placement takes it)",
+                    type=INVALID_POD,
+                    non_retryable=True,
+                )
+            excluded = [
+                await with_departed_nodes(
+                    SlurmNodeNames(self.slurm.slurm),
+                    excluded_slurm_nodes(check),
+                    hostlist.expand(component.excluded_nodes or ""),
+                    nodes,
+                )
+                for check, component in zip(checks, current, strict=True)
+            ]
+            job = self.kube.build_job(request, group, list(zip(parts, excluded, strict=True)))
+            # Each component is its own job to update: the leader's id plus its offset.
+            for offset, component in enumerate(job.components or [job]):
+                await self.slurm.update_job(job_id + offset, component)
         except ApplicationError as error:
             if not error.non_retryable:
                 raise
@@ -523,8 +552,9 @@ class PlacementActivities:
             return annotations
         message = f"Slurm job {job_id} updated: the pods' annotations or usable nodes changed"
         await self.kube.record_event(request.pods, "SlurmJobUpdated", message, False)
-        if nodes and feasibility.summary is not None:
-            await self._tell_no_node_fits(request.pods, pods[0], feasibility.summary)
+        summary = next((check.summary for check in checks if check.summary is not None), None)
+        if nodes and summary is not None:
+            await self._tell_no_node_fits(request.pods, pods[0], summary)
         elif any(_scheduled_reason(pod) == "Unschedulable" for pod in pods):
             await self._tell_a_node_fits_again(request.pods, pods[0], job_id)
         return annotations
@@ -572,11 +602,11 @@ class PlacementActivities:
         one the bind step makes anyway, is where the job's comment is checked.
         """
         try:
-            # Dumped once: both readers below take the job as a mapping.
-            job = (await self.slurm.slurm.get_job(job_id)).model_dump(mode="json")
+            # Every component of a heterogeneous job (one for an ordinary job), leader first.
+            components = await self.slurm.slurm.get_job_components(job_id)
         except SlurmNotFound:
             return JobEvent(job_id=job_id, states=[], gone=True)
-        if placement_id and (comment := placement_of(job)) != placement_id:
+        if placement_id and (comment := placement_of(components[0])) != placement_id:
             log.warning(
                 "Slurm job %s belongs to %s, not to placement %s: taken as gone",
                 job_id,
@@ -585,7 +615,7 @@ class PlacementActivities:
                 extra={"job_id": job_id},
             )
             return JobEvent(job_id=job_id, states=[], gone=True)
-        return job_event(job)
+        return job_event_of(components)
 
     async def _patch(self, ref: PodRef, patch: Json, *, subresource: str | None = None) -> None:
         if not await self.kube.patch_if_present(ref, patch, subresource=subresource):
@@ -602,6 +632,14 @@ class PlacementActivities:
             self.tell_pods,
             self.report_slurm_unavailable,
         ]
+
+
+def job_labels(job_id: int, offset: int | None) -> Json:
+    """The pod's job-id label, and its component's offset when the job is heterogeneous."""
+    labels = {keys.LABEL_SLURM_JOB_ID: str(job_id)}
+    if offset is not None:
+        labels[keys.LABEL_HET_JOB_OFFSET] = str(offset)
+    return {"metadata": {"labels": labels}}
 
 
 def told_once(ref: PodRef, placement_id: str, reason: str) -> str:

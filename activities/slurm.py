@@ -3,10 +3,12 @@
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from bridge import keys
+from bridge.components import component_summary
 from bridge.failures import SLURM_REJECTED
 from bridge.models import JobDescription, SubmitResult, admin_comment_pods
 from bridge.slurm_api import JobDescMsg
-from bridge.slurm_jobs import is_live, job_event, placement_of
+from bridge.slurm_jobs import het_offset, is_live, job_event, placement_of
 from clients.slurm_client import SlurmClient
 from clients.slurm_errors import SlurmNotFound, SlurmRejected
 
@@ -51,7 +53,7 @@ class SlurmActivities:
         resets, retries and adoptions pass recovery=True. A first attempt
         therefore finds nothing, and its lookup would only cost a listing.
         """
-        job = job.model_copy(update={"comment": placement_id})
+        job = job.with_comment(placement_id)
         if recovery:
             self.recovery_listings += 1
             existing = await self.find_job(job, since)
@@ -61,8 +63,23 @@ class SlurmActivities:
 
     async def _submit(self, job: JobDescription) -> SubmitResult:
         try:
-            job_id = await self.slurm.submit_job(JobDescMsg.model_validate(job.to_slurm()))
+            if job.components:
+                job_id = await self.slurm.submit_het_job(
+                    [JobDescMsg.model_validate(component.to_slurm()) for component in job.components]
+                )
+            else:
+                job_id = await self.slurm.submit_job(JobDescMsg.model_validate(job.to_slurm()))
         except SlurmRejected as error:
+            if job.components:
+                shape = component_summary([len(c.pod_keys) for c in job.components])
+                raise ApplicationError(
+                    f"Slurm rejected the heterogeneous job ({shape}): {error}. "
+                    f"If this Slurm refuses heterogeneous jobs, annotate the workload "
+                    f"{keys.ANNOTATION_SIZING}: largest-pod, or set HETEROGENEOUS_JOBS=false "
+                    "(chart: slurm.heterogeneousJobs) to size every node by the group's largest pod",
+                    type=SLURM_REJECTED,
+                    non_retryable=True,
+                ) from error
             raise ApplicationError(
                 f"Slurm rejected the job: {error}", type=SLURM_REJECTED, non_retryable=True
             ) from error
@@ -77,11 +94,14 @@ class SlurmActivities:
     async def find_job(self, job: JobDescription, since: int) -> int | None:
         # A minute of slack covers clock skew between the worker and slurmctld.
         jobs, _ = await self.slurm.list_jobs(update_time=max(since - 60, 0))
+        # A heterogeneous job is found by its leader (component 0), which lists its own pods.
+        leader = job.components[0] if job.components else job
         for candidate in jobs:
             info = candidate.model_dump(mode="json")
             if (
                 info.get("comment") == job.comment
-                and admin_comment_pods(info.get("admin_comment")) == job.pod_keys
+                and admin_comment_pods(info.get("admin_comment")) == leader.pod_keys
+                and het_offset(info) in (None, 0)
                 and is_live(job_event(info))
             ):
                 return int(info["job_id"])

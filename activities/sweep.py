@@ -65,7 +65,8 @@ from bridge.models import (
     workflow_id_of,
 )
 from bridge.pod_events import claim_of, pod_event
-from bridge.slurm_jobs import is_live, job_event, placement_of
+from bridge.slurm_api import JobInfo
+from bridge.slurm_jobs import het_offset, is_live, job_event_of, placement_of
 from bridge.sweep import (
     ActionKind,
     HealInput,
@@ -151,7 +152,7 @@ class SweepActivities:
         known = await self.slurm.job_states(wanted) if wanted else {}
         for job_id in known:
             try:
-                jobs[job_id] = job_facts(await self.slurm.get_job(job_id), request.installation)
+                jobs[job_id] = job_facts(await self.slurm.get_job_components(job_id), request.installation)
             except SlurmNotFound:
                 jobs[job_id] = None
 
@@ -159,16 +160,21 @@ class SweepActivities:
         self.listings += 1
         live = 0
         unreferenced: list[JobFacts] = []
+        # A heterogeneous job is listed as its components: one job, by its leader's id.
+        by_job: dict[int, list[JobInfo]] = {}
         for info in (await self.slurm.list_jobs()).jobs:
-            placement_id = placement_of(info)
-            if placement_id is None or not is_live(job_event(info)):
+            offset = het_offset(info) or 0
+            by_job.setdefault(int(info.job_id or 0) - offset, []).append(info)
+        for components in by_job.values():
+            placement_id = placement_of(min(components, key=lambda c: het_offset(c) or 0))
+            if placement_id is None or not is_live(job_event_of(components)):
                 continue
             installation = placement_installation(placement_id)
             if installation != request.installation:
                 others += installation is not None
                 continue
             live += 1
-            job = job_facts(info, request.installation)
+            job = job_facts(components, request.installation)
             if job is not None and job.job_id not in jobs:
                 unreferenced.append(job)
         await placements.ask(workflow_id_of(j.placement_id) for j in unreferenced)
@@ -357,7 +363,7 @@ class SweepActivities:
         if job_id is None:
             return None
         try:
-            return job_facts(await self.slurm.get_job(job_id), self.installation)
+            return job_facts(await self.slurm.get_job_components(job_id), self.installation)
         except SlurmNotFound:
             return None
 

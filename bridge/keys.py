@@ -63,6 +63,12 @@ PLACEMENT_TYPE_CLAUSE: Final = f"WorkflowType = '{PLACEMENT_WORKFLOW_TYPE}'"
 # claimed the pod, written with the finalizer. The pod watcher signals only that
 # placement and never starts another for a claimed pod.
 ANNOTATION_PLACEMENT: Final = "slurm-bridge/placement"
+# How a group whose pods differ is sized: "per-pod" (a heterogeneous job, one component per
+# pod shape) or "largest-pod" (one job, every node sized by the largest pod). On the workload
+# (or a pod placed alone); the worker's HETEROGENEOUS_JOBS setting is the default.
+ANNOTATION_SIZING: Final = "slurm-bridge/sizing"
+# On each pod of a heterogeneous job: the component it belongs to (its job id is the leader's).
+LABEL_HET_JOB_OFFSET: Final = SCHEDULER_PREFIX + "slurm-het-job-offset"
 
 # Bridge-owned: the leader's report of its watchers' health, written on its
 # Lease with every renewal and read by `slurm-bridge status` / `list`.

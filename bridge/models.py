@@ -72,9 +72,32 @@ class JobDescription(BaseModel):
     # re-created under the same name gets another), and lets `squeue -o %k`
     # users find the placement in the Temporal UI.
     comment: str | None = None
+    # A heterogeneous job (bridge/components.py): one description per pod shape, submitted
+    # together as components 0, 1, ... of one Slurm job. Then this description stands for
+    # the whole group (its admin_comment lists every pod, in component order), and each
+    # component lists its own pods: Slurm keeps comments per component.
+    components: list["JobDescription"] = Field(default_factory=list)
 
     def to_slurm(self) -> dict[str, object]:
-        return self.model_dump(exclude_none=True)
+        """One job_desc_msg: this job's, or for a heterogeneous job the first component's."""
+        if self.components:
+            return self.components[0].to_slurm()
+        return self.model_dump(exclude_none=True, exclude={"components"})
+
+    def submission(self) -> dict[str, object]:
+        """The body of `POST /job/submit`: `{"job": ...}`, or `{"jobs": [...]}` for components."""
+        if self.components:
+            return {"jobs": [component.to_slurm() for component in self.components]}
+        return {"job": self.to_slurm()}
+
+    def with_comment(self, comment: str) -> "JobDescription":
+        """The same job with this comment on it and on every component (each keeps its own)."""
+        return self.model_copy(
+            update={
+                "comment": comment,
+                "components": [c.model_copy(update={"comment": comment}) for c in self.components],
+            }
+        )
 
     @property
     def pod_keys(self) -> list[str]:
@@ -216,6 +239,7 @@ class JobEvent(Frozen):
     nodes: list[str] = Field(default_factory=list)  # Slurm node names, in allocation order
     gone: bool = False  # Slurm no longer knows the job
     restarts: int = 0  # Slurm's restart_cnt: a requeued job starts over (pending again)
+    components: int = 1  # a heterogeneous job's components, as read (bridge/slurm_jobs.py)
 
     @property
     def running(self) -> bool:

@@ -55,3 +55,12 @@ def claim_of(pod: Json) -> str | None:
     # placement/<installation>/<namespace>/...: a pod can only ever name its own namespace's placements.
     namespace = claim[len(PLACEMENT_ID_PREFIX) + len(installation) + 1 :].split("/", 1)[0]
     return claim if namespace == meta.get("namespace") else None
+
+
+def het_offset_label(pod: Json) -> int:
+    """The heterogeneous job component the pod belongs to, from its label (0 without one)."""
+    value = ((pod.get("metadata") or {}).get("labels") or {}).get(keys.LABEL_HET_JOB_OFFSET)
+    try:
+        return int(value) if value is not None else 0
+    except ValueError:
+        return 0

@@ -6,7 +6,7 @@ finalizers are dropped, and which orphans are left alone and why (docs/operation
 "The sweep").
 """
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 from bridge import keys
 from bridge.models import Frozen, PodRef, admin_comment_pods, installation_of, workflow_id_of
 from bridge.pod_events import Json, claim_of, job_id_label
-from bridge.slurm_jobs import is_live, job_event, placement_of
+from bridge.slurm_jobs import het_offset, is_live, job_event_of, placement_of
 
 # -- what crosses the workflow -------------------------------------------------
 
@@ -247,17 +247,25 @@ def pod_facts(pod: Json, installation: str, slack_seconds: float, now: datetime)
     )
 
 
-def job_facts(job: BaseModel | Mapping[str, Any], installation: str) -> JobFacts | None:
-    """The job, if it is a placement's of this installation; None for any other."""
-    info = job.model_dump(mode="json") if isinstance(job, BaseModel) else dict(job)
-    placement_id = placement_of(info)
+def job_facts(
+    job: BaseModel | Mapping[str, Any] | Sequence[BaseModel | Mapping[str, Any]], installation: str
+) -> JobFacts | None:
+    """The job, if it is a placement's of this installation; None for any other.
+
+    A heterogeneous job is given as all its components, leader first: its pods are every
+    component's (each component's admin_comment lists its own), in component order.
+    """
+    given = list(job) if isinstance(job, Sequence) else [job]
+    infos = [c.model_dump(mode="json") if isinstance(c, BaseModel) else dict(c) for c in given]
+    infos.sort(key=lambda info: het_offset(info) or 0)
+    placement_id = placement_of(infos[0])
     if placement_id is None or placement_installation(placement_id) != installation:
         return None
-    event = job_event(info)
+    event = job_event_of(infos)
     return JobFacts(
         job_id=event.job_id,
         placement_id=placement_id,
-        pods=admin_comment_pods(info.get("admin_comment")) or [],
+        pods=[key for info in infos for key in admin_comment_pods(info.get("admin_comment")) or []],
         live=is_live(event),
         summary=event.summary,
     )

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 from bridge import keys
 from bridge.annotations import AnnotationError, JobAnnotations, parse_job_annotations
+from bridge.components import Sizing
 from bridge.device_classes import DEFAULT_DEVICE_CLASSES, DeviceClasses
 from bridge.models import JobDescription, NoValNumber, admin_comment_for
 from bridge.policy import PolicySet
@@ -41,6 +42,8 @@ class Defaults:
     mcs_label: str = keys.DEFAULT_MCS_LABEL
     # DRA_DEVICE_CLASSES: the DRA classes pods may ask for and what each is in Slurm.
     device_classes: DeviceClasses = DEFAULT_DEVICE_CLASSES
+    # HETEROGENEOUS_JOBS: how a group whose pods differ is sized, unless it says (bridge/components.py).
+    sizing: Sizing = "per-pod"
 
 
 @dataclass(frozen=True)
@@ -216,6 +219,66 @@ def build_job(
         time_limit=time_limit,
         wckey=overrides.wckey,
         excluded_nodes=sorted(set(excluded_nodes or ())) or None,
+    )
+
+
+def build_parts_job(
+    parts: Sequence[tuple[Sequence[Pod], Sequence[str] | None]],
+    *,
+    annotations: Mapping[str, str] | None,
+    shape: GroupShape,
+    defaults: Defaults,
+    policy: PolicySet | None = None,
+    capacity: Capacity | None = None,
+) -> JobDescription:
+    """The job of a group split by `bridge.components.split_by_shape`: one part is an ordinary
+    job (`build_job`); more make a heterogeneous job, one component per part, each sized by its pods.
+
+    `parts`: the pods of each component, with the Slurm nodes that component must avoid (each
+    part has its own node rules). Each component is what `build_job` makes of its pods alone,
+    with exactly one node per pod; the annotations and the tenant policy apply to every one.
+    The description returned stands for the whole group: its admin_comment lists every pod in
+    component order (pod i takes node i of the components' allocations, read in order).
+    """
+    if len(parts) == 1:
+        [(pods, excluded)] = parts
+        return build_job(
+            pods,
+            annotations=annotations,
+            shape=shape,
+            defaults=defaults,
+            excluded_nodes=excluded,
+            policy=policy,
+            capacity=capacity,
+        )
+    if capacity is not None and (problems := min_resources_problems(shape, capacity)):
+        raise TranslationError("; ".join(problems))
+    per_component = GroupShape(name=shape.name, time_limit_minutes=shape.time_limit_minutes)
+    components = [
+        build_job(
+            pods,
+            annotations=annotations,
+            shape=per_component,
+            defaults=defaults,
+            excluded_nodes=excluded,
+            policy=policy,
+        )
+        for pods, excluded in parts
+    ]
+    keys_in_order = [key for component in components for key in component.pod_keys]
+    first = components[0]
+    return first.model_copy(
+        update={
+            "admin_comment": admin_comment_for(keys_in_order),
+            "nodes": str(len(keys_in_order)),
+            "minimum_nodes": len(keys_in_order),
+            "maximum_nodes": len(keys_in_order),
+            "cpus_per_task": None,
+            "memory_per_node": None,
+            "tres_per_node": None,
+            "excluded_nodes": None,
+            "components": components,
+        }
     )
 
 

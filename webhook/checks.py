@@ -11,6 +11,7 @@ from typing import Any
 
 from bridge import keys
 from bridge.annotations import AnnotationError, JobAnnotations, annotation_warnings, parse_job_annotations
+from bridge.components import SizingError, sizing_of
 from bridge.device_classes import DeviceClasses
 from bridge.dra import RESOURCE_GROUP
 from bridge.resources import PodSpecError, dra_classes_of, placement_problems, pod_resources
@@ -100,10 +101,17 @@ def _shown(value: object) -> str:
 
 
 def annotation_problems(annotations: Mapping[str, str]) -> tuple[JobAnnotations | None, list[str]]:
+    """The slurmjob annotations as the job will read them, and why not; the sizing annotation too."""
     try:
-        return parse_job_annotations(annotations), []
+        sizing_of(annotations, "per-pod")
+    except SizingError as error:
+        sizing = [str(error)]
+    else:
+        sizing = []
+    try:
+        return parse_job_annotations(annotations), sizing
     except AnnotationError as error:
-        return None, [str(problem) for problem in error.problems]
+        return None, [str(problem) for problem in error.problems] + sizing
 
 
 def annotation_warnings_of(obj: Mapping[str, Any], where: str = "") -> list[str]:

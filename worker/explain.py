@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from bridge import grouping
+from bridge.components import SizingError, sizing_of, split_by_shape
 from bridge.device_classes import DEFAULT_DEVICE_CLASSES, DeviceClasses
 from bridge.dra import device_requests
 from bridge.feasibility import excluded_slurm_nodes, group_feasibility, is_bridge_node
@@ -22,7 +23,7 @@ from bridge.keys import ANNOTATION_PLACEMENT, DEFAULT_SCHEDULER_NAME
 from bridge.models import GENERATION_SEPARATOR, PLACEMENT_ID_PREFIX
 from bridge.policy import PolicySet
 from bridge.resources import total_allocatable
-from bridge.translate import Defaults, GroupShape, TranslationError, build_job, sizing_note
+from bridge.translate import Defaults, GroupShape, TranslationError, build_parts_job, sizing_note
 
 
 class ExplainError(ValueError):
@@ -177,25 +178,31 @@ def _explanation(
 ) -> Explanation:
     """As `prepare_and_submit` builds it: node rules → excluded_nodes, translation, placement id."""
     ordered = grouping.in_order(members)
-    feasibility = group_feasibility(ordered, nodes)
-    job = build_job(
-        ordered,
+    try:
+        sizing = sizing_of(group.annotations, defaults.sizing)
+    except SizingError as error:
+        raise TranslationError(str(error)) from None
+    parts = split_by_shape(ordered, group.annotations, sizing=sizing, devices=defaults.device_classes)
+    checks = [group_feasibility(part, nodes) for part in parts]
+    job = build_parts_job(
+        [(part, excluded_slurm_nodes(check)) for part, check in zip(parts, checks, strict=True)],
         annotations=group.annotations,
         shape=group.shape or GroupShape(name=group.name),
         defaults=defaults,
-        excluded_nodes=excluded_slurm_nodes(feasibility),
         policy=policy,
         # No bridge node given: nothing to judge a PodGroup's minResources by (as the worker).
         capacity=total_allocatable(nodes) if nodes else None,
     )
-    job = job.model_copy(update={"comment": placement_id(installation, group, ordered[0])})
+    job = job.with_comment(placement_id(installation, group, ordered[0]))
     # No bridge node at all: nothing to filter with, Slurm alone decides (as the worker does).
-    unschedulable = feasibility.summary if nodes else None
+    summary = next((check.summary for check in checks if check.summary is not None), None)
+    unschedulable = summary if nodes else None
     return Explanation(
         group.name,
         group.kind,
         job.pod_keys,
-        job.to_slurm(),
+        # A heterogeneous job as it is submitted, `{"jobs": [...]}`: one description per component.
+        job.submission() if job.components else job.to_slurm(),
         group.min_pods,
         unschedulable=unschedulable,
         dra_devices=dra_devices(ordered, defaults.device_classes),

@@ -58,7 +58,7 @@ from tenacity import (
 
 from bridge.models import ENDED_JOB_STATES, JobEvent, installation_of, workflow_id_of
 from bridge.slurm_api import JobInfo
-from bridge.slurm_jobs import is_live, job_event, placement_of
+from bridge.slurm_jobs import is_live, job_event_of, placement_of
 from clients.slurm_client import SlurmClient
 from clients.slurm_errors import SlurmError, SlurmNotFound
 from clients.slurm_health import SlurmHealth
@@ -316,17 +316,18 @@ class JobWatcher:
     async def _read(self, job_id: int, state: list[str] | None, slots: asyncio.Semaphore) -> None:
         async with slots:
             try:
-                job: JobInfo | None = await self.slurm.get_job(job_id)
+                # Every component of a heterogeneous job, leader first (one for an ordinary job).
+                components: list[JobInfo] = await self.slurm.get_job_components(job_id)
             except SlurmNotFound:
-                job = None
+                components = []
         self.job_gets += 1
         placement_id = self.jobs.placement_of(job_id)
-        if job is None:
+        if not components:
             event = JobEvent(job_id=job_id, states=[], gone=True)
             self._seen[job_id] = _Seen(None, self._clock())
         else:
-            event = job_event(job)
-            comment = placement_of(job)
+            event = job_event_of(components)
+            comment = placement_of(components[0])
             if comment is None:
                 # The id names a job that is not the bridge's (Slurm's state was wiped
                 # and the id handed out again): the followed job is gone.

@@ -93,7 +93,12 @@ class Bridge:
             self.kube,
             KubeSettings(
                 scheduler_name=s.scheduler_name,
-                defaults=Defaults(s.partition, s.mcs_label, s.device_classes),
+                defaults=Defaults(
+                    s.partition,
+                    s.mcs_label,
+                    s.device_classes,
+                    "per-pod" if s.heterogeneous_jobs else "largest-pod",
+                ),
                 policy=PolicyFile(s.tenant_policy_file),
             ),
         )

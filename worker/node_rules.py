@@ -23,7 +23,7 @@ from activities.node_source import SlurmNodeNames, list_bridge_nodes, unbound_br
 from bridge import hostlist
 from bridge.feasibility import excluded_slurm_nodes, group_feasibility
 from bridge.models import installation_of, workflow_id_of
-from bridge.pod_events import claim_of, job_id_label
+from bridge.pod_events import claim_of, het_offset_label, job_id_label
 from clients.kube_client import Json, KubeClient
 from clients.slurm_client import SlurmClient
 from clients.slurm_errors import SlurmNotFound
@@ -83,16 +83,25 @@ class ExclusionRefresher:
         in_slurm = SlurmNodeNames(self.slurm)
         for job_id, pods in jobs.items():
             try:
-                job = (await self.slurm.get_job(job_id)).model_dump(mode="json")
+                components = [c.model_dump(mode="json") for c in await self.slurm.get_job_components(job_id)]
             except SlurmNotFound:
                 continue
-            if "PENDING" not in (job.get("job_state") or []):
+            if "PENDING" not in (components[0].get("job_state") or []):
                 continue  # allocated already: the exclusions no longer matter
-            current = set(hostlist.expand(job.get("excluded_nodes") or ""))
-            excluded = await with_departed_nodes(
-                in_slurm, excluded_slurm_nodes(group_feasibility(pods, nodes)), current, nodes
-            )
-            if set(excluded or []) == current:
+            # A heterogeneous job's component excludes what its own pods (by their offset label)
+            # may not run on; an ordinary job what any of its pods may not.
+            by_offset: dict[int, list[Json]] = {}
+            for pod in pods:
+                by_offset.setdefault(het_offset_label(pod) if len(components) > 1 else 0, []).append(pod)
+            changed = False
+            for offset, job in enumerate(components):
+                current = set(hostlist.expand(job.get("excluded_nodes") or ""))
+                feasibility = group_feasibility(by_offset.get(offset, []), nodes)
+                excluded = await with_departed_nodes(
+                    in_slurm, excluded_slurm_nodes(feasibility), current, nodes
+                )
+                changed = changed or set(excluded or []) != current
+            if not changed:
                 continue
             try:
                 await self.temporal.get_workflow_handle(workflow_id_of(claims[job_id])).signal(

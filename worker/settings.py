@@ -220,6 +220,12 @@ class WorkerSettings(LeaseSettings, TemporalSettings):
         description="default Slurm partition",
         validation_alias=env("SLURM_PARTITION", "partition"),
     )
+    heterogeneous_jobs: bool = Field(
+        True,
+        description="submit a group whose pods differ as one heterogeneous job, each pod sized by its "
+        "own request; false: one job, every node sized by the group's largest pod",
+        validation_alias=env("HETEROGENEOUS_JOBS", "heterogeneous_jobs"),
+    )
     mcs_label: str = Field(
         keys.DEFAULT_MCS_LABEL,
         description="MCS label of the bridge's jobs",

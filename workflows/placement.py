@@ -614,12 +614,17 @@ class PlacementWorkflow(GroupMembers):
         # A PodDisruptionBudget may block the eviction: honoured for a while, then the pods are deleted.
         patience = timedelta(seconds=self.request.eviction_patience_seconds)
         started = workflow.now()
-        blocked: list[str] = await self._give_back(reason, message, remove_pods=True, warning=True)
+        # One component of a heterogeneous job may end alone (cancelled by its own id, its node
+        # failed): the others would hold their nodes for pods that are gone, so the job goes too.
+        rest = job.components > 1
+        blocked: list[str] = await self._give_back(
+            reason, message, remove_pods=True, warning=True, cancel_job=rest
+        )
         while blocked:
             await workflow.sleep(EVICTION_RETRY, summary=f"a disruption budget blocks {', '.join(blocked)}")
             force = workflow.now() - started >= patience
             blocked = await self._give_back(
-                reason, message, remove_pods=True, warning=True, force_delete=force
+                reason, message, remove_pods=True, warning=True, force_delete=force, cancel_job=rest
             )
         self._set_phase("Done", f"Slurm job {job.job_id} {words} ({job.summary}); pods evicted")
 

@@ -7,9 +7,16 @@ names, labels, annotations, completion indexes: tests/e2e/controllers.py), and c
 Slurm was asked for and where every pod was bound.
 
 - A JobSet of two replicated jobs of different sizes, gang-scheduled through a PodGroup, and a
-  LeaderWorkerSet whose leader asks for more than its workers: each group is one Slurm job
-  whose every node is sized by the group's largest pod. The pods are told so once, in a
-  `SizedByLargestPod` Event, and `slurm-bridge explain` says the same (`sizing_note`).
+  LeaderWorkerSet whose leader asks for more than its workers: each group is one Slurm
+  heterogeneous job, one component per pod shape, each sized as its pods ask. Read back from
+  Slurm, every component asks for its own nodes, CPUs and memory, Slurm holds exactly what the
+  pods asked for in all (the workloads share nodes, `exclusive: "false"`, so a node is
+  allocated what is asked and no more), each pod is bound to a node of its own component and
+  labelled with its offset, and no pod is told `SizedByLargestPod`.
+- The same JobSet whose PodGroup says `slurm-bridge/sizing: largest-pod` (a coscheduled
+  group's job annotations are its PodGroup's): one Slurm job whose every node is sized by the
+  group's largest pod. The pods are told so once, in a `SizedByLargestPod` Event, and
+  `slurm-bridge explain` says the same (`sizing_note`).
 - An Indexed Job with parallelism below completions, and a Deployment whose ReplicaSet
   re-creates a pod that went: a Slurm job per pod, sized as the pod asks, a new one for each
   pod the controller creates.
@@ -33,6 +40,15 @@ from tests.e2e import controllers
 from tests.e2e.conftest import ON_REAL_KUBE, StackFactory
 from tests.e2e.harness import Pod, Stack, bound, finished_cleanly, job_id_of, kubelet_stops
 from tests.e2e.test_groups import members_seen
+from tests.e2e.test_het_groups import (
+    LARGEST_POD,
+    SHARED,
+    allocation,
+    asked,
+    components_of,
+    each_on_its_component,
+    reserved,
+)
 from worker.pod_watcher import WAITING_FOR_GROUP_MEMBERS
 
 pytestmark = [pytest.mark.slurm, ON_REAL_KUBE]
@@ -96,17 +112,16 @@ def scheduled(pod: Pod | None) -> dict[str, Any]:
     return next((c for c in conditions if c.get("type") == "PodScheduled"), {})
 
 
-async def test_a_job_set_of_two_unequal_replicated_jobs_is_one_job_sized_by_its_largest_pod(
-    make_stack: StackFactory,
-) -> None:
-    stack = await make_stack(nodes=3, cpus=4)
+def two_unequal_replicated_jobs(stack: Stack, annotations: dict[str, str]) -> list[str]:
+    """A JobSet `train` gang-scheduled through the PodGroup `train` (whose annotations are the
+    job's): a 1-CPU, 256Mi driver and two 3-CPU, 1Gi workers. Its pods, in the group's order."""
     kube, ns, scheduler = stack.kube, stack.namespace, stack.settings.scheduler_name
     kube.create_object(
         "podgroups.scheduling.x-k8s.io",
         {
             "apiVersion": "scheduling.x-k8s.io/v1alpha1",
             "kind": "PodGroup",
-            "metadata": {"name": "train", "namespace": ns},
+            "metadata": {"name": "train", "namespace": ns, "annotations": annotations},
             "spec": {"minMember": 3},
         },
     )
@@ -119,7 +134,6 @@ async def test_a_job_set_of_two_unequal_replicated_jobs_is_one_job_sized_by_its_
         spec = {"parallelism": 1, "completions": 1, "completionMode": "Indexed", "template": template}
         return {"name": name, "replicas": replicas, "template": {"spec": spec}}
 
-    # A 1-CPU driver and two 3-CPU, 1Gi workers: every node of the job is asked for 3 CPUs, 1Gi.
     jobset = controllers.job_set(
         kube,
         ns,
@@ -131,12 +145,55 @@ async def test_a_job_set_of_two_unequal_replicated_jobs_is_one_job_sized_by_its_
     )
     jobs = controllers.job_set_jobs(kube, jobset)
     assert named(jobs) == ["train-driver-0", "train-workers-0", "train-workers-1"]
-    names = named([controllers.job_pod(kube, job, 0) for job in jobs])
+    return named([controllers.job_pod(kube, job, 0) for job in jobs])
+
+
+async def test_a_job_set_of_two_unequal_replicated_jobs_is_one_component_per_replicated_job(
+    make_stack: StackFactory,
+) -> None:
+    stack = await make_stack(nodes=3, cpus=4)
+    names = two_unequal_replicated_jobs(stack, SHARED)
+
+    placed = [await stack.wait_pod(name, bound) for name in names]
+    [job_id] = {job_id_of(p) for p in placed}  # one Slurm job: its leader's id
+    driver, workers = await components_of(stack, job_id)  # one component per shape
+    assert [c["name"] for c in (driver, workers)] == ["train", "train"]
+    assert asked(driver) == (1, 1, 256, "")
+    assert asked(workers) == (2, 3, 1024, "")
+    assert each_on_its_component(stack, [driver, workers]) == names
+    assert list(allocation(driver).values()) == [(1, 256)]
+    assert list(allocation(workers).values()) == [(3, 1024), (3, 1024)]
+    # Reserved = asked: 1 + 3 + 3 CPUs, 256Mi + 1Gi + 1Gi (largest-pod sizing: 9 CPUs, 3Gi).
+    assert reserved([driver, workers]) == (7, 2304)
+
+    submitted = (
+        f"Slurm job {job_id} submitted in partition {stack.partition.name}, "
+        "as a heterogeneous job of 2 components: 1 + 2 pods"
+    )
+    for name in names:
+        assert [e["message"] for e in stack.events(name) if e["reason"] == "SlurmJobSubmitted"] == [submitted]
+        assert not sizing_events(stack, name)
+    explained = await explain(stack, names[0])
+    assert explained["sizing_note"] is None  # each pod is given what it asks for
+    assert "jobs" in explained["job_desc_msg"]  # as submitted: `{"jobs": [...]}`, one per component
+    await finish(stack, names)
+    assert [c["job_state"] for c in await components_of(stack, job_id)] == [["CANCELLED"], ["CANCELLED"]]
+
+
+async def test_a_job_set_sized_by_its_largest_pod_is_one_job_sized_by_its_largest_pod(
+    make_stack: StackFactory,
+) -> None:
+    stack = await make_stack(nodes=3, cpus=4)
+    # On the PodGroup: a gang-scheduled JobSet's job annotations are its PodGroup's (bridge/grouping.py).
+    names = two_unequal_replicated_jobs(stack, LARGEST_POD)
 
     placed = [await stack.wait_pod(name, bound) for name in names]
     [job_id] = {job_id_of(p) for p in placed}
     assert sorted(bound(p) or "" for p in placed) == sorted(stack.partition.node_names)
-    job = await slurm_job(stack, job_id)
+    assert all(keys.LABEL_HET_JOB_OFFSET not in p["metadata"]["labels"] for p in placed)
+    [job] = await components_of(stack, job_id)  # one ordinary job
+    assert job["het_job_id"]["number"] == 0
+    # Every node of the job is asked for 3 CPUs, 1Gi.
     assert (job["name"], job["node_count"]["number"]) == ("train", 3)
     assert (job["cpus_per_task"]["number"], job["memory_per_node"]["number"]) == (3, 1024)
 
@@ -154,7 +211,7 @@ async def test_a_job_set_of_two_unequal_replicated_jobs_is_one_job_sized_by_its_
     await finish(stack, names)
 
 
-async def test_a_leader_worker_set_whose_leader_asks_more_is_one_job_sized_by_the_leader(
+async def test_a_leader_worker_set_whose_leader_asks_more_is_a_component_beside_its_workers(
     make_stack: StackFactory,
 ) -> None:
     stack = await make_stack(nodes=3, cpus=4)
@@ -166,7 +223,7 @@ async def test_a_leader_worker_set_whose_leader_asks_more_is_one_job_sized_by_th
         3,
         leader=controllers.pod_spec(scheduler, {"cpu": "4", "memory": "512Mi"}, restart="Always"),
         worker=controllers.pod_spec(scheduler, {"cpu": "1", "memory": "512Mi"}, restart="Always"),
-        annotations={P + "timelimit": "20"},
+        annotations={P + "timelimit": "20", **SHARED},
     )
     members = controllers.leader_worker_group(stack.kube, lws, 0)
     names = named(members)
@@ -176,14 +233,19 @@ async def test_a_leader_worker_set_whose_leader_asks_more_is_one_job_sized_by_th
 
     placed = [await stack.wait_pod(name, bound) for name in names]
     [job_id] = {job_id_of(p) for p in placed}  # the workers joined their leader's group
+    leader, workers = await components_of(stack, job_id)
+    assert [c["name"] for c in (leader, workers)] == ["llm-0", "llm-0"]
+    assert asked(leader) == (1, 4, 512, "")
+    assert asked(workers) == (2, 1, 512, "")
+    # The LeaderWorkerSet's annotation, on every component.
+    assert [c["time_limit"]["number"] for c in (leader, workers)] == [20, 20]
+    # Each component lists its own pods: the leader, then its workers.
+    assert each_on_its_component(stack, [leader, workers]) == names
     assert sorted(bound(p) or "" for p in placed) == sorted(stack.partition.node_names)
-    job = await slurm_job(stack, job_id)
-    assert (job["name"], job["node_count"]["number"], job["cpus_per_task"]["number"]) == ("llm-0", 3, 4)
-    assert job["time_limit"]["number"] == 20  # the LeaderWorkerSet's annotation
-    assert json.loads(job["admin_comment"])["pods"] == [f"{stack.namespace}/{n}" for n in names]
+    # Reserved = asked: 4 + 1 + 1 CPUs, 3 x 512Mi (largest-pod sizing: 12 CPUs).
+    assert reserved([leader, workers]) == (6, 1536)
     for name in names:
-        [event] = sizing_events(stack, name)
-        assert event["message"].startswith(f"every node of Slurm job {job_id} is asked for 4 CPUs: ")
+        assert not sizing_events(stack, name)
     await finish(stack, names)
 
 

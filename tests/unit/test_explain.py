@@ -436,13 +436,35 @@ async def test_leader_worker_set_pods_as_its_controller_owns_them_form_one_group
     assert (explained.min_pods, explained.job_desc_msg["nodes"]) == (3, "3")
 
 
-async def test_a_group_of_unequal_pods_says_what_sizing_by_the_largest_costs() -> None:
+async def test_a_group_of_unequal_pods_is_a_heterogeneous_job_of_one_component_per_shape() -> None:
     group = obj("scheduling.x-k8s.io/v1alpha1", "PodGroup", "mixed", minMember=2)
     labels = {"scheduling.x-k8s.io/pod-group": "mixed"}
     big = [{"name": "main", "image": "x", "resources": {"requests": {"cpu": "4", "memory": "1Gi"}}}]
     [explained] = await jobs(
         group, pod("mixed-0", labels=labels, containers=big), pod("mixed-1", labels=labels)
     )
+    # As submitted: `{"jobs": [...]}`, each component asking for its own pod's request.
+    components = explained.job_desc_msg["jobs"]
+    assert [(c["nodes"], c.get("cpus_per_task")) for c in components] == [("1", 4), ("1", 2)]
+    assert all(c["comment"] == components[0]["comment"] for c in components)
+    assert explained.sizing_note is None  # each pod is given what it asks for
+    assert explained.pods == ["default/mixed-0", "default/mixed-1"]
+
+
+async def test_a_group_sized_by_its_largest_pod_says_what_it_costs() -> None:
+    group = obj(
+        "scheduling.x-k8s.io/v1alpha1",
+        "PodGroup",
+        "mixed",
+        annotations={"slurm-bridge/sizing": "largest-pod"},
+        minMember=2,
+    )
+    labels = {"scheduling.x-k8s.io/pod-group": "mixed"}
+    big = [{"name": "main", "image": "x", "resources": {"requests": {"cpu": "4", "memory": "1Gi"}}}]
+    [explained] = await jobs(
+        group, pod("mixed-0", labels=labels, containers=big), pod("mixed-1", labels=labels)
+    )
+    assert "jobs" not in explained.job_desc_msg
     assert explained.sizing_note is not None
     assert explained.sizing_note.startswith(
         "every node of the job is asked for 4 CPUs: the group's largest pod"

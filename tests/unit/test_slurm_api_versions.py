@@ -120,10 +120,11 @@ def _strip(field: Any) -> Any:
 
 # The fields the bridge sets in each request body (bridge/models.py, activities/nodes.py, slurm_client.py).
 SENT = {
-    "job_desc_msg": set(JobDescription.model_fields),
+    # `components` is the bridge's own: each component is a job_desc_msg of its own, sent in `jobs`.
+    "job_desc_msg": set(JobDescription.model_fields) - {"components"},
     "update_node_msg": {"state", "reason", "comment", "gres", "topology_str", "address"},
     "openapi_create_node_req": {"node_conf"},
-    "job_submit_req": {"job"},
+    "job_submit_req": {"job", "jobs"},
 }
 
 

@@ -256,6 +256,14 @@ def test_each_bad_annotation_is_named_with_its_fix(
     assert f'annotation {P}{key}="{value}": {expected}' in message
 
 
+def test_a_sizing_the_bridge_does_not_know_is_refused_with_the_two_it_does(admission: Admission) -> None:
+    message = denial(admission, review(bridge_pod(annotations={"slurm-bridge/sizing": "exact"})))
+    assert 'annotation slurm-bridge/sizing: "exact" is neither "per-pod"' in message
+    assert '"largest-pod"' in message
+    for sizing in ("per-pod", "largest-pod"):
+        allowed(admission, review(bridge_pod(annotations={"slurm-bridge/sizing": sizing})))
+
+
 def test_every_problem_is_reported_at_once(admission: Admission) -> None:
     annotations = {P + "min-nodes": "3", P + "max-nodes": "2", P + "partition": "", P + "timelimit": "x"}
     message = denial(admission, review(bridge_pod(annotations=annotations)))
