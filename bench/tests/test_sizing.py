@@ -27,6 +27,6 @@ def test_the_report_prints_a_line_per_workload_and_the_whole_mix() -> None:
 
 def test_reserved_counts_every_component_node_by_node() -> None:
     job = job_for(MIX["LeaderWorkerSet: 2-CPU leader, 8 workers of 8 GPUs"], "per-pod")
-    assert [c.nodes for c in job.components] == ["1", "8"]
+    assert [c.nodes for c in job.components] == ["8", "1"]  # the GPU component first
     assert reserved(job).gpus == 64
     assert reserved(job).cpus == 2 + 8 * 32

@@ -88,10 +88,12 @@ async def test_a_two_gpu_pod_never_lands_where_a_running_pod_holds_one_of_two_gp
 
 
 async def test_a_mixed_gpu_group_asks_every_node_for_its_largest_pods_gpus(make_stack: StackFactory) -> None:
-    """A 2-GPU and a 1-GPU pod: one job with gres/gpu:2 per node, so neither lands on the 1-GPU node.
+    """Sized by its largest pod (`slurm-bridge/sizing: largest-pod`), a 2-GPU and a 1-GPU pod are one
+    job with gres/gpu:2 per node, so neither lands on the 1-GPU node.
 
     While a holder keeps one of the two 2-GPU nodes, the group must wait: a job asking one GPU
-    per node would be started at once on the 1-GPU node and the free 2-GPU node.
+    per node would be started at once on the 1-GPU node and the free 2-GPU node. (Sized per pod,
+    the default, the 1-GPU pod's component may take the 1-GPU node: tests/e2e/test_het_groups.py.)
     """
     stack = await make_stack(nodes=3, gres=["gpu:1", "gpu:2", "gpu:2"])
     one_gpu, *two_gpus = stack.partition.node_names
@@ -104,7 +106,11 @@ async def test_a_mixed_gpu_group_asks_every_node_for_its_largest_pods_gpus(make_
         {
             "apiVersion": "scheduling.x-k8s.io/v1alpha1",
             "kind": "PodGroup",
-            "metadata": {"name": "mixed", "namespace": stack.namespace},
+            "metadata": {
+                "name": "mixed",
+                "namespace": stack.namespace,
+                "annotations": {keys.ANNOTATION_SIZING: "largest-pod"},
+            },
             "spec": {"minMember": 2},
         },
     )

@@ -27,14 +27,14 @@ import re
 from typing import Any
 
 import pytest
-from tenacity import AsyncRetrying, stop_after_delay, wait_fixed
 
 from activities.placement import SIZED_BY_LARGEST_POD
 from bridge import keys
-from bridge.models import ENDED_JOB_STATES, PlacementState
+from bridge.models import ENDED_JOB_STATES
 from tests.e2e.conftest import ON_REAL_KUBE, StackFactory
-from tests.e2e.harness import Pod, Stack, bound, finished_cleanly, job_id_of, make_pod
-from tests.e2e.test_recovery import reset_to_first_task
+from tests.e2e.harness import Pod, Stack, bound, finished_cleanly, job_id_of, make_pod, unique
+from tests.e2e.test_recovery import bound_again, reset_to_first_task
+from tests.e2e.test_sweep import sweep
 from workflows.placement import PlacementWorkflow
 
 pytestmark = [pytest.mark.slurm, ON_REAL_KUBE]
@@ -370,11 +370,7 @@ async def reset_and_bound_again(stack: Stack, name: str) -> tuple[list[str], int
     group, names, components = await group_of_two_shapes(stack, name)
     job_id, comment = components[0]["job_id"], components[0]["comment"]
     again = await reset_to_first_task(stack, placement(stack, group), "test: reset a het job's placement")
-    # A query has no event to wait on: ask until the new run has bound again (bounded).
-    async for attempt in AsyncRetrying(wait=wait_fixed(0.2), stop=stop_after_delay(30), reraise=True):
-        with attempt:
-            state: PlacementState = await again.query(PlacementWorkflow.current_state)
-            assert (state.phase, state.job_id) == ("Bound", job_id)
+    await bound_again(again, job_id)
     return names, job_id, comment, again
 
 
@@ -411,3 +407,68 @@ async def test_a_reset_placement_tells_the_pods_the_het_job_as_it_is(make_stack:
             f"{submitted % 'adopted (it already existed)'} of 2 components: 1 + 2 pods",
             f"{submitted % 'submitted'} of 2 components: 1 + 2 pods",
         ]
+
+
+# -- the sweep and a pending job's update ---------------------------------------------------------
+
+
+async def test_the_sweep_adopts_a_terminated_placements_het_job_once_and_follows_it(
+    make_stack: StackFactory,
+) -> None:
+    # An operator terminated the placement of a bound group: its het job and pods remain. The
+    # sweep sees the job's two components as one job of three pods and adopts it once.
+    stack = await make_stack(nodes=3, cpus=4, installation_id=unique("sweep"))
+    group, names, components = await group_of_two_shapes(stack, "orphan")
+    job_id = components[0]["job_id"]
+    await placement(stack, group).terminate("test: the placement is lost")
+
+    result = await sweep(stack)
+    assert (result.adopted, result.cancelled, result.finalizers_dropped, result.skipped) == (1, 0, 0, 0), (
+        result
+    )
+
+    def rebound() -> bool:
+        """The adopted run has bound every pod again, accepting each one's binding."""
+        return all([e["reason"] for e in stack.events(name)].count("Bound") >= 2 for name in names)
+
+    await stack.kube.wait_for_async(rebound, 20)
+    assert each_on_its_component(stack, await components_of(stack, job_id)) == names
+    assert sorted(j["job_id"] for j in await stack.partition_jobs()) == [c["job_id"] for c in components]
+
+    await finish(stack, names)
+    assert (await placement(stack, group).result()).phase == "Done"
+    assert [c["job_state"] for c in await components_of(stack, job_id)] == [["CANCELLED"], ["CANCELLED"]]
+    again = await sweep(stack)
+    assert (again.adopted, again.cancelled, again.finalizers_dropped) == (0, 0, 0)
+
+
+async def test_a_pending_het_job_is_updated_component_by_component(make_stack: StackFactory) -> None:
+    # The job waits (two holders keep two of the three nodes whole); then the free node is
+    # cordoned: the node rules exclude it for every pod, and each component, a job of its own
+    # id in Slurm, is updated.
+    stack = await make_stack(nodes=3, cpus=4)
+    held = set()
+    for holder in ("holder-a", "holder-b"):
+        stack.create_pod(holder, cpu="4", annotations=SHARED)
+        held.add(bound(await stack.wait_pod(holder, bound)))
+    [free] = set(stack.partition.node_names) - held
+    group = pod_group(stack, "wait", 3, SHARED)
+    names = [member(stack, "wait", "wait-0", "4"), member(stack, "wait", "wait-1", "1")]
+    names.append(member(stack, "wait", "wait-2", "1"))
+    pending = [await stack.wait_pod(name, pending_and_told(stack, name)) for name in names]
+    [job_id] = {job_id_of(p) for p in pending}
+    assert job_id is not None
+    stack.kube.update_object("nodes", free, lambda node: node["spec"].update(unschedulable=True))
+    await stack.kube.wait_for_async(
+        lambda: all("SlurmJobUpdated" in [e["reason"] for e in stack.events(n)] for n in names), 30
+    )
+    big, small = await components_of(stack, job_id)
+    # Both components exclude the cordoned node; their sizes did not change.
+    assert free in (big["excluded_nodes"] or "")
+    assert free in (small["excluded_nodes"] or "")
+    assert (asked(big)[:2], asked(small)[:2]) == ((1, 4), (2, 1))
+    for name in names:
+        stack.kube.delete_object("pods", name, stack.namespace)
+    for name in names:
+        await stack.wait_pod(name, lambda p: p is None)
+    assert (await placement(stack, group).result()).phase == "Done"

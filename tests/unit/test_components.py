@@ -256,3 +256,31 @@ def test_the_sweep_sees_a_heterogeneous_job_as_one_with_all_its_pods() -> None:
     )
     assert facts is not None
     assert (facts.job_id, facts.pods, facts.live) == (10, ["team-a/leader", "team-a/w0"], True)
+
+
+# -- Slurm refusing a heterogeneous job -------------------------------------------------------------
+
+
+async def test_a_refused_het_job_says_how_to_size_the_group_as_one_job() -> None:
+    from temporalio.exceptions import ApplicationError
+
+    from activities.slurm import SlurmActivities
+    from clients.slurm_errors import SlurmRejected
+
+    class Refusing:
+        """A Slurm whose job_submit plugin refuses heterogeneous jobs."""
+
+        async def submit_het_job(self, components: list[Any]) -> int:
+            assert len(components) == 2
+            raise SlurmRejected("HetJob submission failed", operation="POST /job/submit", status=422)
+
+    activities = SlurmActivities(Refusing())  # type: ignore[arg-type]
+    job = het_job(leader_and_workers(2))
+    with pytest.raises(ApplicationError) as refused:
+        await activities.submit_once(job, "placement/prod/team-a/g@1", since=0, recovery=False)
+    message = str(refused.value)
+    assert "Slurm rejected the heterogeneous job (2 components: 2 + 1 pods)" in message
+    assert "HetJob submission failed" in message
+    assert "slurm-bridge/sizing: largest-pod" in message
+    assert "HETEROGENEOUS_JOBS=false" in message
+    assert (refused.value.type, refused.value.non_retryable) == ("SlurmRejected", True)
