@@ -12,6 +12,8 @@ the product never imports this package (the import contract in pyproject.toml).
 * ``worker_env``: a worker's settings and environment pointed at the test bed;
 * ``kill_points``: SIGKILL the worker process at one step of a placement, restart it, check;
 * ``history_cost``: what a workflow execution cost Temporal, counted from its history.
+* ``waiting``: the one helper that polls for a condition (``wait_until``, ``until``), where
+  nothing sends an event to wait on instead.
 
 Tests (tests/, bench/tests/), the benchmarks (bench/) and hack/dev_stack.py import it; it
 imports the product where it plays a part of it (worker settings), never tests/ or bench/.

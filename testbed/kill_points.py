@@ -37,6 +37,7 @@ from bridge import grouping, keys
 from testbed.kube_backend import KubeBackend
 from testbed.kube_fake import Hold
 from testbed.slurm_bed import BedJob, SlurmTestBed
+from testbed.waiting import until
 from testbed.worker_env import bed_settings, settings_env
 
 Pod = dict[str, Any]
@@ -268,15 +269,6 @@ def arm(kube: HoldingKube, namespace: str, point: KillPoint) -> Hold:
     return kube.hold_next("PATCH", pods + "$", body="$deleteFromPrimitiveList/finalizers", applied=False)
 
 
-async def until_slurm(check: Callable[[], object], what: str, timeout: float = SIDE_EFFECT_TIMEOUT) -> None:
-    """Poll Slurm (scontrol, off the event loop) until check() holds: Slurm emits no events to us."""
-    deadline = time.monotonic() + timeout
-    while not await asyncio.to_thread(check):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"Slurm never showed {what}")
-        await asyncio.sleep(SLURM_POLL)
-
-
 async def until_kube(kube: HoldingKube, check: Callable[[], object], what: str, timeout: float) -> None:
     try:
         await kube.wait_for_async(check, timeout)
@@ -338,7 +330,7 @@ async def _place_with_kill(bed: KillBed, outcome: Outcome, holds: list[Hold]) ->
     outcome.pods = names
     wid = outcome.workflow_id
 
-    async def kill_when(side_effect: Awaitable[None], parked: Hold) -> None:
+    async def kill_when(side_effect: Awaitable[object], parked: Hold) -> None:
         await side_effect
         await until_kube(kube, lambda: parked.arrived, "the step's request was parked", SIDE_EFFECT_TIMEOUT)
         assert bed.worker is not None
@@ -348,6 +340,7 @@ async def _place_with_kill(bed: KillBed, outcome: Outcome, holds: list[Hold]) ->
 
     if hold is not None:
         point = outcome.point
+        effect: Awaitable[object]
         if point is KillPoint.BEFORE_SUBMIT:
             effect = until_kube(
                 kube,
@@ -356,7 +349,13 @@ async def _place_with_kill(bed: KillBed, outcome: Outcome, holds: list[Hold]) ->
                 SIDE_EFFECT_TIMEOUT,
             )
         elif point is KillPoint.AFTER_SUBMIT:
-            effect = until_slurm(lambda: bed.jobs_of(wid), "the placement's job")
+            # Slurm tells nobody: ask scontrol (off the event loop).
+            effect = until(
+                lambda: asyncio.to_thread(bed.jobs_of, wid),
+                "Slurm to show the placement's job",
+                SIDE_EFFECT_TIMEOUT,
+                SLURM_POLL,
+            )
         elif point is KillPoint.AFTER_LABEL:
             effect = until_kube(
                 kube,
@@ -388,8 +387,15 @@ async def _place_with_kill(bed: KillBed, outcome: Outcome, holds: list[Hold]) ->
     for n in names:
         kube.set_pod_phase(ns, n, "Succeeded")
     if cleanup_hold is not None:
-        ended = until_slurm(
-            lambda: (jobs := bed.jobs_of(wid)) and all(j.ended for j in jobs), "the job ended"
+
+        def job_ended() -> bool:
+            return bool((jobs := bed.jobs_of(wid)) and all(j.ended for j in jobs))
+
+        ended = until(
+            lambda: asyncio.to_thread(job_ended),  # Slurm tells nobody: ask scontrol
+            "Slurm to show the job ended",
+            SIDE_EFFECT_TIMEOUT,
+            SLURM_POLL,
         )
         await kill_when(ended, cleanup_hold)
         await bed.ensure_worker()

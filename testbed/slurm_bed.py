@@ -37,6 +37,7 @@ from typing import Any, NamedTuple, TypeVar
 import httpx
 
 from bridge.hostlist import compress
+from testbed import waiting
 
 REPO = Path(__file__).resolve().parent.parent
 SLURM_SID = REPO / "hack" / "slurm-sid.sh"
@@ -82,14 +83,15 @@ class SlurmBedError(RuntimeError):
     """The test bed could not do what a test asked (script failed, Slurm refused)."""
 
 
-def wait_until(check: Callable[[], T | None], what: str, timeout: float = 15.0, interval: float = 0.05) -> T:
-    """Poll Slurm (a system the tests only observe) until `check()` is truthy; return that value."""
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        if time.monotonic() > deadline:
-            raise SlurmBedError(f"not {what} after {timeout} s")
-        time.sleep(interval)
-    return value
+def wait_until(
+    check: Callable[[], T | None], what: waiting.What, timeout: float = 15.0, interval: float = 0.05
+) -> T:
+    """`testbed.waiting.wait_until` for the bed's own waits on Slurm (which tells nobody of a
+    change) and the benchmarks': its timeout is a `SlurmBedError`, as the bed's other failures are."""
+    try:
+        return waiting.wait_until(check, what, timeout, interval)
+    except waiting.ConditionTimeout as error:
+        raise SlurmBedError(str(error)) from None
 
 
 @dataclass(frozen=True)
@@ -374,15 +376,19 @@ class SlurmTestBed:
 
     def _delete_node(self, name: str) -> None:
         # Jobs that just ended may keep their node "busy" for a moment; retry briefly.
-        deadline = time.monotonic() + 10
-        while True:
+        busy: list[str] = []
+
+        def deleted() -> bool:
             try:
                 self.scontrol_quiet("delete", f"NodeName={name}")
-                return
             except SlurmBedError as error:
-                if "busy" not in str(error).lower() or time.monotonic() > deadline:
+                if "busy" not in str(error).lower():
                     raise
-                time.sleep(0.1)
+                busy[:] = [str(error)]
+                return False
+            return True
+
+        wait_until(deleted, lambda: f"node {name} deleted, not busy ({busy[-1]})", timeout=10, interval=0.1)
 
     def create_slurmd_node(self, name: str, cpus: int = 4, memory_mb: int = 8000) -> None:
         """A dynamic, non-external node: the nearest this bed gets to a `slurmd -Z` registration.
@@ -423,11 +429,15 @@ class SlurmTestBed:
             raise SlurmBedError(f"cancelling job {job_id}: HTTP {response.status_code} {response.text[:300]}")
 
     def wait_for_ended_jobs(self, partition: str, timeout: float = 15.0) -> None:
-        deadline = time.monotonic() + timeout
-        while live := [job for job in self.jobs_in_partition(partition) if not job.ended]:
-            if time.monotonic() > deadline:
-                raise SlurmBedError(f"jobs still live in partition {partition}: {live}")
-            time.sleep(0.05)
+        live: list[BedJob] = []
+
+        def all_ended() -> bool:
+            live[:] = [job for job in self.jobs_in_partition(partition) if not job.ended]
+            return not live
+
+        wait_until(
+            all_ended, lambda: f"the jobs of partition {partition} ended (still live: {live})", timeout
+        )
 
     def job_states(self, job_ids: Iterable[int]) -> dict[int, tuple[str, ...]]:
         """These jobs' states, from the cheap `GET /jobs/state/?job_id=A&job_id=B` (forgotten: absent)."""
@@ -582,11 +592,9 @@ class SlurmTestBed:
         try:
             pid = self._slurmctld_pid()
             os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + 30
-            while Path(f"/proc/{pid}").exists():
-                if time.monotonic() > deadline:
-                    raise SlurmBedError(f"slurmctld (pid {pid}) did not stop within 30 s")
-                time.sleep(0.1)
+            wait_until(
+                lambda: not Path(f"/proc/{pid}").exists(), f"slurmctld (pid {pid}) stopped", 30, interval=0.1
+            )
         except BaseException:
             self._unlock()
             raise

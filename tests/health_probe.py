@@ -6,7 +6,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_fixed
+from testbed.waiting import until
 
 
 async def probe(port: int, path: str) -> tuple[int, dict[str, Any]]:
@@ -22,23 +22,27 @@ async def probe(port: int, path: str) -> tuple[int, dict[str, Any]]:
 
 async def ready_body(process: asyncio.subprocess.Process, port: int) -> dict[str, Any]:
     """/readyz's body once it answers 200 (polled: nothing else tells when a worker process is up)."""
-    async for attempt in AsyncRetrying(
-        wait=wait_fixed(0.3),
-        stop=stop_after_delay(60),
-        retry=retry_if_exception_type((OSError, AssertionError)),
-        reraise=True,
-    ):
-        with attempt:
-            assert process.returncode is None, "the worker exited"
-            status, body = await probe(port, "/readyz")
-            assert status == 200, body
-    return body
+    seen: list[object] = ["no answer"]
+
+    async def ready() -> dict[str, Any] | None:
+        assert process.returncode is None, "the worker exited"
+        status, body = await probe(port, "/readyz")
+        seen[0] = body
+        return body if status == 200 else None
+
+    # An OSError: not listening yet.
+    return await until(ready, lambda: f"the worker's /readyz (last: {seen[0]})", 60, 0.3, ignoring=OSError)
 
 
 async def sees_leader(port: int, identity: str, *, watching: bool, timeout: float = 15) -> None:
     """Until the worker's /readyz names `identity` as leader and says whether it runs the
     watchers (polled: a replica reads the Lease again only every retry period)."""
-    async for attempt in AsyncRetrying(wait=wait_fixed(0.2), stop=stop_after_delay(timeout), reraise=True):
-        with attempt:
-            status, body = await probe(port, "/readyz")
-            assert (status, body["leader"], body["watching"]) == (200, identity, watching), body
+    seen: list[object] = ["no answer"]
+
+    async def sees() -> bool:
+        status, body = await probe(port, "/readyz")
+        seen[0] = body
+        return (status, body.get("leader"), body.get("watching")) == (200, identity, watching)
+
+    what = f"/readyz to name {identity} leader, watching={watching}"
+    await until(sees, lambda: f"{what} (last: {seen[0]})", timeout, 0.2, ignoring=OSError)

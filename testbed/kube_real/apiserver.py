@@ -21,9 +21,10 @@ import socket
 import ssl
 import subprocess
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from testbed.waiting import ConditionTimeout, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "hack" / "kube-apiserver.sh"
@@ -62,6 +63,14 @@ def _start(directory: Path, port: int, etcd_port: int) -> dict[str, str]:
     if done.returncode != 0:
         raise RuntimeError(f"kube-apiserver did not start: {done.stderr.strip()[-2000:]}")
     return dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def _free_ports() -> tuple[int, int]:
@@ -129,13 +138,12 @@ class ApiServer:
         """An outage: kube-apiserver stops (SIGTERM), etcd and its data stay."""
         pid = int((self.directory / "kube-apiserver.pid").read_text())
         os.kill(pid, signal.SIGTERM)
-        for _ in range(100):
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                return
-            time.sleep(0.1)
-        os.kill(pid, signal.SIGKILL)
+        try:  # another process's end: polled, nothing here is told of it
+            wait_until(
+                lambda: not _running(pid), f"kube-apiserver (pid {pid}) to stop", timeout=10, interval=0.1
+            )
+        except ConditionTimeout:
+            os.kill(pid, signal.SIGKILL)
 
     def start_apiserver(self) -> None:
         """The end of an outage: kube-apiserver again, on the same port and data, until ready."""

@@ -20,11 +20,10 @@ import socket
 import ssl
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 import pytest
@@ -39,6 +38,7 @@ from clients.kube_client import load_configuration
 from clients.slurm_client import SlurmClient
 from testbed.kube_real.apiserver import ApiServer
 from testbed.kube_real.cluster import ApiFailure, RealCluster
+from testbed.waiting import wait_until
 from tests.deploy.chart import Manifest, container, env_of, manifests, one
 from tests.deploy.real_chart import ChartIdentity, RecordingKubeClient, apply, object_path, refused
 from tests.e2e.harness import make_pod
@@ -47,7 +47,6 @@ from webhook.review import AdmissionReview
 from webhook.validate import validate
 
 Json = dict[str, Any]
-T = TypeVar("T")
 SCHEDULER = keys.DEFAULT_SCHEDULER_NAME
 MANAGED_LABEL = "slurm-bridge.test/managed"
 MUTATE_SCHEDULER_PODS = "mutate-scheduler-pods.slinky.slurm.net"
@@ -58,20 +57,9 @@ CONFIGURATIONS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguratio
 # pick-up of a new configuration (its informer): generous bounds, left at once when done.
 START_SECONDS = 60.0
 PICK_UP_SECONDS = 30.0
+# Polled (testbed/waiting.py): another process's readiness, and when the API server's admission
+# starts calling a new configuration, tell nobody when they change.
 POLL_SECONDS = 0.1
-
-
-def until(check: Callable[[], T | None], what: str, timeout: float) -> T:
-    """Poll `check` until it answers. For what tells nobody when it changes: another process's
-    readiness, and when the API server's admission starts calling a new configuration."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = check()
-        if found is not None and found is not False:
-            return found
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: not within {timeout:g} s")
-        time.sleep(POLL_SECONDS)
 
 
 def free_port() -> int:
@@ -94,7 +82,7 @@ class WebhookProcess:
     def start(self) -> None:
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(self.command, env=self.env, stderr=log, stdout=log)
-        until(self._ready, "the webhook's /readyz", START_SECONDS)
+        wait_until(self._ready, "the webhook's /readyz", START_SECONDS, POLL_SECONDS)
 
     def _ready(self) -> bool:
         assert self.process is not None
@@ -247,8 +235,8 @@ def wait_until_called(chain: Admission) -> None:
             return VALIDATE_PODS in str(failure)
         return False
 
-    until(routed, "the API server calling the mutating webhook", PICK_UP_SECONDS)
-    until(refused_, "the API server calling the validating webhook", PICK_UP_SECONDS)
+    wait_until(routed, "the API server calling the mutating webhook", PICK_UP_SECONDS, POLL_SECONDS)
+    wait_until(refused_, "the API server calling the validating webhook", PICK_UP_SECONDS, POLL_SECONDS)
 
 
 def expected_denial(chain: Admission, pod: Json, namespace: str) -> str:

@@ -12,7 +12,6 @@ import json
 import signal
 import socket
 import sys
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from typing import Any, TypeVar
 
 from temporalio.client import (
     Client,
+    ScheduleActionExecution,
     ScheduleActionExecutionStartWorkflow,
     ScheduleOverlapPolicy,
     WorkflowHandle,
@@ -37,6 +37,7 @@ from testbed.kube_backend import KubeBackend, fake_of
 from testbed.kube_fake import ApiError, FakeKubeServer
 from testbed.kube_real.cluster import ApiFailure
 from testbed.slurm_bed import SlurmTestBed, TestPartition
+from testbed.waiting import until
 from testbed.worker_env import bed_settings as bed_settings  # re-exported: the e2e tests' import
 from testbed.worker_env import settings_env as settings_env  # (testbed: kill points use them too)
 from worker.main import Bridge
@@ -241,13 +242,14 @@ async def wait_job_state(
     slurm: SlurmClient, job_id: int, done: Callable[[list[str]], object], timeout: float = 30
 ) -> dict[str, Any]:
     """Poll Slurm (it has no watch) until `done(job_state)` holds; the job as JSON. Bounded."""
-    deadline = time.monotonic() + timeout
-    while True:
-        job = (await slurm.get_job(job_id)).model_dump(mode="json")
-        if done(job["job_state"]):
-            return job
-        assert time.monotonic() < deadline, f"job {job_id} still {job['job_state']} after {timeout} s"
-        await asyncio.sleep(0.1)
+    seen: list[Any] = [None]
+
+    async def reached() -> dict[str, Any] | None:
+        job: dict[str, Any] = (await slurm.get_job(job_id)).model_dump(mode="json")
+        seen[0] = job["job_state"]
+        return job if done(job["job_state"]) else None
+
+    return await until(reached, lambda: f"job {job_id} (still {seen[0]})", timeout, interval=0.1)
 
 
 def unique(prefix: str) -> str:
@@ -281,15 +283,13 @@ async def run_scheduled(temporal: Client, schedule_id: str, result_type: type[R]
     handle = temporal.get_schedule_handle(schedule_id)
     asked = datetime.now(UTC)
     await handle.trigger(overlap=ScheduleOverlapPolicy.BUFFER_ONE)
-    deadline = time.monotonic() + timeout
-    while True:
+
+    # Polling Temporal's schedule state: it sends no event.
+    async def started() -> list[ScheduleActionExecution]:
         recent = (await handle.describe()).info.recent_actions
-        started = [r.action for r in recent if r.started_at >= asked]
-        if started:
-            break
-        assert time.monotonic() < deadline, f"schedule {schedule_id} started no run"
-        await asyncio.sleep(0.05)  # polling Temporal's schedule state: it sends no event
-    action = started[-1]
+        return [r.action for r in recent if r.started_at >= asked]
+
+    action = (await until(started, f"schedule {schedule_id} to start a run", timeout))[-1]
     assert isinstance(action, ScheduleActionExecutionStartWorkflow)
     run = temporal.get_workflow_handle(action.workflow_id, result_type=result_type)
     return await asyncio.wait_for(run.result(), timeout)

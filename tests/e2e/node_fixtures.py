@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import logging
 import secrets
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +32,7 @@ from testbed.kube_backend import KubeBackend, fake_of
 from testbed.kube_fake import FakeKubeServer
 from testbed.kube_real.cluster import NOT_READY_TAINT
 from testbed.slurm_bed import SlurmBedError, SlurmTestBed, TestPartition
+from testbed.waiting import until
 from tests.e2e.harness import run_scheduled
 from worker.main import Bridge
 from worker.schedules import ensure_node_sync_schedule
@@ -226,13 +226,16 @@ class NodeStack:
         self, name: str, check: Callable[[Json | None], object], timeout: float = 30
     ) -> Json | None:
         """Poll Slurm (it has no watch) until check(node) holds; node is None once gone."""
-        deadline = time.monotonic() + timeout
-        while True:
-            node = await self.slurm_node(name)
-            if check(node):
-                return node
-            assert time.monotonic() < deadline, f"Slurm node {name} never got there: {node}"
-            await asyncio.sleep(0.1)
+        seen: list[Json | None] = [None]
+
+        async def reached() -> tuple[Json | None] | None:  # a tuple: truthy even once the node is gone
+            seen[0] = node = await self.slurm_node(name)
+            return (node,) if check(node) else None
+
+        [node] = await until(
+            reached, lambda: f"Slurm node {name} to get there (last: {seen[0]})", timeout, 0.1
+        )
+        return node
 
     def make_partition(self) -> TestPartition:
         """A test partition (with its own node), used as an existing partition name to point at."""

@@ -1,6 +1,5 @@
 """Pod groups placed by one real Slurm job: all or nothing, each pod on its own allocated node."""
 
-import asyncio
 from typing import Any
 
 import pytest
@@ -8,6 +7,7 @@ from temporalio.client import WorkflowHandle
 
 from bridge import grouping, keys
 from bridge.models import PlacementState
+from testbed.waiting import until
 from tests.e2e.conftest import ON_REAL_KUBE, StackFactory
 from tests.e2e.harness import Pod, Stack, bound, finished_cleanly, job_id_of, make_pod, slurm_bridge
 from worker.pod_watcher import group_workflow_id
@@ -21,15 +21,20 @@ async def members_seen(stack: Stack, workflow_id: str, count: int) -> PlacementS
     handle: WorkflowHandle[PlacementWorkflow, PlacementState] = stack.temporal.get_workflow_handle_for(
         PlacementWorkflow.run, workflow_id
     )
-    async with asyncio.timeout(20):
-        while True:
-            try:
-                state = await handle.query(PlacementWorkflow.current_state)
-                if len(state.pods) >= count:
-                    return state
-            except Exception:  # the workflow may not have started yet
-                pass
-            await asyncio.sleep(0.1)
+    seen = [0]
+
+    async def enough() -> PlacementState | None:
+        state = await handle.query(PlacementWorkflow.current_state)
+        seen[0] = len(state.pods)
+        return state if len(state.pods) >= count else None
+
+    return await until(
+        enough,
+        lambda: f"{count} members of {workflow_id} (last seen: {seen[0]})",
+        20,
+        0.1,
+        ignoring=Exception,  # the workflow may not have started yet
+    )
 
 
 def group_pod(stack: Stack, name: str, labels: dict[str, str], owner: Pod | None = None) -> Pod:

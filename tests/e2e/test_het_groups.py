@@ -472,3 +472,4 @@ async def test_a_pending_het_job_is_updated_component_by_component(make_stack: S
     for name in names:
         await stack.wait_pod(name, lambda p: p is None)
     assert (await placement(stack, group).result()).phase == "Done"
+    await finish(stack, ["holder-a", "holder-b"])

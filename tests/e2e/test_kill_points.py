@@ -7,9 +7,7 @@ and the new worker took over well before the 60 s attempt timeout (a killed work
 noticed by its missing heartbeat). The soak (bench/soak.py) does the same at random, many times.
 """
 
-import asyncio
 import secrets
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -24,6 +22,7 @@ from testbed.kill_points import HoldingKube, KillBed, KillPoint, Kind, place_wit
 from testbed.kube_fake import FakeKubeServer
 from testbed.kube_real.proxy import ProxiedCluster
 from testbed.slurm_bed import SlurmTestBed
+from testbed.waiting import until
 from tests.e2e.conftest import ON_REAL_KUBE
 from tests.e2e.harness import bed_client, run_scheduled
 from tests.slurm.test_slurm_client import external_job
@@ -109,12 +108,10 @@ async def test_the_worker_sweeps_only_its_own_installation_on_a_shared_slurm(
 async def run_sweep(temporal: Client, schedule_id: str, timeout: float = 60) -> SweepResult:
     """Run the worker's sweep schedule (created when the worker starts) once; that run's result."""
     handle = temporal.get_schedule_handle(schedule_id)
-    deadline = time.monotonic() + timeout
-    while True:  # polling Temporal for the schedule the worker creates: it sends no event
-        try:
-            await handle.describe()
-            break
-        except RPCError:
-            assert time.monotonic() < deadline, f"the worker created no schedule {schedule_id}"
-            await asyncio.sleep(0.1)
+
+    async def created() -> bool:  # polling Temporal for the schedule the worker creates: it sends no event
+        await handle.describe()  # RPCError (not found) until then
+        return True
+
+    await until(created, f"the worker to create schedule {schedule_id}", timeout, 0.1, ignoring=RPCError)
     return await run_scheduled(temporal, schedule_id, SweepResult, timeout)

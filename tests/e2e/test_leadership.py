@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 from temporalio.client import Client
-from tenacity import AsyncRetrying, stop_after_delay, wait_fixed
 
 from clients.kube_client import KubeClient, load_configuration
+from testbed.waiting import until
 from tests.e2e.conftest import StackFactory
 from tests.e2e.harness import Stack, bed_client, bound, finished_cleanly, job_id_of, wait_job_state
 from tests.health_probe import probe
@@ -64,12 +64,15 @@ async def replica(stack: Stack) -> AsyncIterator[Running]:
 
 async def leader_among(*replicas: Running) -> Running:
     """The one replica that holds the Lease (asked of each elector: there is no event to wait on)."""
-    async for attempt in AsyncRetrying(wait=wait_fixed(0.1), stop=stop_after_delay(15), reraise=True):
-        with attempt:
-            leaders = [r for r in replicas if r.leading]
-            assert len(leaders) == 1, f"{len(leaders)} leaders"
-            return leaders[0]
-    raise AssertionError("unreachable")
+
+    def one_leader() -> list[Running] | None:
+        leaders = [r for r in replicas if r.leading]
+        return leaders if len(leaders) == 1 else None
+
+    [leader] = await until(
+        one_leader, lambda: f"one leader ({sum(r.leading for r in replicas)} now)", 15, interval=0.1
+    )
+    return leader
 
 
 async def test_one_leader_watches_and_another_takes_over(make_stack: StackFactory) -> None:
@@ -191,12 +194,16 @@ LEASES = r"^/apis/coordination\.k8s\.io/v1/namespaces/default/leases"
 
 async def until_ready(server: HealthServer, ready: bool, timeout: float = 15) -> dict[str, Any]:
     """Poll /readyz until it says `ready` (readiness is computed when asked: nothing to wait on)."""
-    async for attempt in AsyncRetrying(wait=wait_fixed(0.1), stop=stop_after_delay(timeout), reraise=True):
-        with attempt:
-            status, body = await probe(server.port, "/readyz")
-            assert (status == 200, body["ready"]) == (ready, ready), body
-            return body
-    raise AssertionError("unreachable")
+    seen: list[object] = [None]
+
+    async def says() -> dict[str, Any] | None:
+        status, body = await probe(server.port, "/readyz")
+        seen[0] = body
+        return body if (status == 200, body.get("ready")) == (ready, ready) else None
+
+    return await until(
+        says, lambda: f"/readyz to say ready={ready} (last: {seen[0]})", timeout, 0.1, ignoring=OSError
+    )
 
 
 async def test_readiness_follows_the_lease_and_kubernetes(make_stack: StackFactory) -> None:

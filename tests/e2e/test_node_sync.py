@@ -9,8 +9,6 @@ deadline.
 import asyncio
 import contextlib
 import secrets
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -25,6 +23,7 @@ from bridge.node_facts import is_busy
 from bridge.slurm_api import API_VERSIONS, JobDescMsg
 from clients.kube_client import KubeClient, load_configuration
 from testbed.kube_fake import FakeKubeServer
+from testbed.waiting import until
 from tests.e2e.conftest import ON_REAL_KUBE, MakeNodes
 from tests.e2e.harness import make_pod, wait_job_state
 from tests.e2e.node_fixtures import Json, NodeStack, workflow_id
@@ -543,12 +542,13 @@ async def test_restart_after_deleting_an_excluded_node_keeps_pending_bridge_jobs
     assert refresher is not None
     schedule = stack.temporal.get_schedule_handle(stack.schedule_id)
     await schedule.pause(note="test: Kubernetes forgets the node before Slurm does")
+
     # A run the node watcher triggered before the pause may still be going (or buffered): it would
     # see the deletion, drain `gone` and lift its exclusions itself. Held back means none runs.
-    deadline = time.monotonic() + 30
-    while (await schedule.describe()).info.running_actions:  # Temporal sends no event for it
-        assert time.monotonic() < deadline, "a node sync run never ended"
-        await asyncio.sleep(0.1)
+    async def none_running() -> bool:  # Temporal sends no event for it
+        return not (await schedule.describe()).info.running_actions
+
+    await until(none_running, "the node sync runs to end", 30, 0.1)
     refreshes, told = refresher.refreshes, refresher.told
     stack.kube.delete_object("nodes", gone)
     await asyncio.wait_for(refresher.wait_for_passes(refreshes + 1), 30)
@@ -561,23 +561,20 @@ async def test_restart_after_deleting_an_excluded_node_keeps_pending_bridge_jobs
     await stack.sync()
     await stack.wait_slurm(gone, lambda n: n is None, timeout=30)
 
-    async def exclusions_updated() -> dict[int, Json]:
-        # Slurm has no watch: poll its jobs with a deadline.
-        deadline = time.monotonic() + 30
-        while True:
-            seen = await jobs()
-            if all(gone not in hostlist.expand(seen[j]["excluded_nodes"] or "") for j in pending_jobs):
-                return seen
-            assert time.monotonic() < deadline, (
-                {j: seen[j]["excluded_nodes"] for j in pending_jobs},
-                [
-                    (e["involvedObject"]["name"], e["reason"], e["message"])
-                    for e in stack.kube.objects("events")
-                ],
-            )
-            await asyncio.sleep(0.2)
+    seen: dict[int, Json] = {}
 
-    await exclusions_updated()
+    async def exclusions_updated() -> bool:  # Slurm has no watch: poll its jobs
+        seen.update(await jobs())
+        return all(gone not in hostlist.expand(seen[j]["excluded_nodes"] or "") for j in pending_jobs)
+
+    def still_excluded() -> str:
+        events = [
+            (e["involvedObject"]["name"], e["reason"], e["message"]) for e in stack.kube.objects("events")
+        ]
+        excluded = {j: seen[j]["excluded_nodes"] for j in pending_jobs}
+        return f"{gone} no longer excluded (excluded: {excluded}; events: {events})"
+
+    await until(exclusions_updated, still_excluded, 30, 0.2)
     await asyncio.to_thread(stack.bed.restart_slurmctld)
 
     after = await jobs()
@@ -672,7 +669,9 @@ async def test_the_node_watcher_coalesces_a_burst_and_leaves_a_paused_schedule_a
     task = asyncio.create_task(watcher.run())
     try:
         await asyncio.wait_for(watcher.synced.wait(), 10)
-        await until(lambda: watcher.triggers == 1)  # the first list: whatever changed while no one watched
+        # The first list triggers a run: whatever changed while no one watched. (The watcher's
+        # counters announce nothing: polled.)
+        await until(lambda: watcher.triggers == 1, "a trigger for the first list")
         # No worker polls this task queue: end the run, or the next would wait (BUFFER_ONE) behind it.
         await terminate_runs(temporal_client, schedule_id)
 
@@ -685,13 +684,13 @@ async def test_the_node_watcher_coalesces_a_burst_and_leaves_a_paused_schedule_a
             kube.update_object(
                 "nodes", name, lambda n: n["status"]["conditions"][0].update(lastHeartbeatTime="x")
             )
-        await until(lambda: watcher.triggers == 2)
+        await until(lambda: watcher.triggers == 2, "one trigger for the burst")
         assert (await handle.describe()).info.num_actions == 2
 
         # Paused by an operator: changes are not synced behind their back.
         await handle.pause(note="maintenance")
         kube.update_object("nodes", "n0", lambda n: n["spec"].update(unschedulable=False))
-        await until(lambda: watcher.paused_skips == 1)
+        await until(lambda: watcher.paused_skips == 1, "a trigger skipped for the paused schedule")
         assert watcher.triggers == 2
     finally:
         task.cancel()
@@ -707,11 +706,3 @@ async def terminate_runs(temporal: Client, schedule_id: str) -> None:
     for action in (await temporal.get_schedule_handle(schedule_id).describe()).info.recent_actions:
         with contextlib.suppress(RPCError):
             await temporal.get_workflow_handle(workflow_id(action.action)).terminate()
-
-
-async def until(check: Callable[[], bool], timeout: float = 10) -> None:
-    """Wait for in-process state the code under test updates (no notification to wait on)."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not check():
-        assert asyncio.get_running_loop().time() < deadline, "condition never held"
-        await asyncio.sleep(0.02)

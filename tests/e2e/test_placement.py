@@ -13,15 +13,16 @@ from typing import Any
 
 import pytest
 from temporalio.client import WorkflowFailureError
+from temporalio.common import TypedSearchAttributes
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
-from tenacity import AsyncRetrying, stop_after_delay, wait_fixed
 
 from bridge import keys
 from bridge import search_attributes as sa
 from bridge.slurm_api import API_VERSIONS
 from bridge.tolerations import managed_node_toleration
 from testbed.history_cost import history_cost
+from testbed.waiting import until
 from tests.e2e.conftest import ON_REAL_KUBE, StackFactory
 from tests.e2e.harness import Pod, Stack, bound, finished_cleanly, job_id_of, make_pod, slurm_bridge
 from worker.main import unsandboxed_runner
@@ -363,12 +364,14 @@ async def test_slurm_node_names_map_to_kubernetes_nodes_through_the_label(make_s
     pod = await stack.wait_pod("mapped", bound)
     assert bound(pod) == "kube-worker-7"
     assert pod["metadata"]["annotations"][keys.ANNOTATION_SLURM_NODE] == "kube-worker-7"
+
     # What an operator searches for is Slurm's name; the state keeps both. The binding happens
     # before the workflow task that upserts ends: ask Temporal until it has (bounded, no event).
-    async for attempt in AsyncRetrying(wait=wait_fixed(0.1), stop=stop_after_delay(10), reraise=True):
-        with attempt:
-            attributes = (await stack.handle(created).describe()).typed_search_attributes
-            assert attributes.get(sa.PLACEMENT_PHASE) == "Bound"
+    async def upserted() -> TypedSearchAttributes | None:
+        attributes = (await stack.handle(created).describe()).typed_search_attributes
+        return attributes if attributes.get(sa.PLACEMENT_PHASE) == "Bound" else None
+
+    attributes = await until(upserted, "the search attribute PlacementPhase=Bound", 10, 0.1)
     assert attributes.get(sa.SLURM_NODES) == [slurm_name]
     assert attributes.get(sa.SLURM_JOB_ID) == job_id_of(pod)
     status = await slurm_bridge(stack, "status", f"{stack.namespace}/mapped", "--json")

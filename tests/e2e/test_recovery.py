@@ -12,9 +12,10 @@ from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 from temporalio.client import WorkflowHandle
-from tenacity import AsyncRetrying, stop_after_delay, wait_fixed
+from temporalio.service import RPCError
 
 from bridge.models import PlacementState
+from testbed.waiting import until
 from tests.e2e.conftest import ON_REAL_KUBE, StackFactory
 from tests.e2e.harness import Stack, bound, finished_cleanly, job_id_of
 from worker.operations import retry_placement
@@ -49,6 +50,24 @@ async def reset_to_first_task(
     return stack.temporal.get_workflow_handle(handle.id, run_id=reset.run_id, result_type=PlacementState)
 
 
+async def bound_again(again: WorkflowHandle[Any, PlacementState], job_id: int | None) -> PlacementState:
+    """The reset run's state once it has bound again, to `job_id` (a query has no event to wait on)."""
+    seen: list[object] = ["no answer"]
+
+    async def bound_to_the_job() -> PlacementState | None:
+        state = await again.query(PlacementWorkflow.current_state)
+        seen[0] = (state.phase, state.job_id)
+        return state if (state.phase, state.job_id) == ("Bound", job_id) else None
+
+    return await until(
+        bound_to_the_job,
+        lambda: f"the reset run Bound to job {job_id} (last: {seen[0]})",
+        30,
+        0.2,
+        ignoring=RPCError,  # the new run has not had its first workflow task yet
+    )
+
+
 async def test_an_attempt_after_the_submission_adopts_the_job(make_stack: StackFactory) -> None:
     stack = await make_stack(nodes=1)
     # The first Event after the submission fails: the activity is tried again, after submitting.
@@ -76,11 +95,7 @@ async def test_a_reset_placement_adopts_its_job(make_stack: StackFactory) -> Non
     # An operator resets the placement to its first step: it runs prepare_and_submit again.
     again = await reset_to_first_task(stack, handle, "test: reset to the first workflow task")
 
-    # A query has no event to wait on: ask until the new run has bound again (bounded).
-    async for attempt in AsyncRetrying(wait=wait_fixed(0.2), stop=stop_after_delay(30), reraise=True):
-        with attempt:
-            state = await again.query(PlacementWorkflow.current_state)
-            assert (state.phase, state.job_id) == ("Bound", job_id)
+    await bound_again(again, job_id)
     assert [j["job_id"] for j in await jobs_of(stack, "rewound")] == [job_id]
 
     stack.kube.set_pod_phase(stack.namespace, "rewound", "Succeeded")

@@ -14,7 +14,8 @@ import pytest
 
 from bridge.keys import EXTERNAL_JOB_FLAG
 from clients.slurm_client import SlurmClient
-from testbed.slurm_bed import BedJob, SlurmBedError, SlurmTestBed, TestPartition, wait_until
+from testbed.slurm_bed import BedJob, SlurmBedError, SlurmTestBed, TestPartition
+from testbed.waiting import wait_until
 
 MakePartition = Callable[..., TestPartition]
 
@@ -100,6 +101,7 @@ class BridgeNodes:
         wait_until(
             lambda: all(_ended(states) for states in self.bed.job_states(live).values()),
             f"jobs {live} ended",
+            timeout=15,
         )
         self.bed.delete_nodes(self.names)
 

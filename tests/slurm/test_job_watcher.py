@@ -21,6 +21,7 @@ from temporalio.client import Client, WorkflowHandle
 from bridge.models import JobEvent, admin_comment_for, workflow_id_of
 from clients.slurm_client import SlurmClient
 from testbed.slurm_bed import SlurmTestBed, TestPartition
+from testbed.waiting import until
 from tests.slurm.conftest import MakePartition
 from tests.slurm.test_slurm_client import UNKNOWN_JOB_ID, external_job
 from worker.job_registry import LiveJobs
@@ -133,12 +134,14 @@ async def one_pass(watcher: JobWatcher) -> None:
 
 async def poll_until(watcher: JobWatcher, done: Callable[[], bool], what: str) -> None:
     """Run passes (each one asks Slurm, as the real loop does) until `done()`, within DEADLINE."""
-    deadline = time.monotonic() + DEADLINE
-    while not done():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not {what} after {DEADLINE} s")
+
+    async def passed() -> bool:
+        if done():
+            return True
         await one_pass(watcher)
-        await asyncio.sleep(0.05)
+        return False
+
+    await until(passed, what, DEADLINE)
 
 
 async def test_a_state_change_is_signalled_once_with_the_new_state(
@@ -344,7 +347,8 @@ async def test_failed_passes_back_off_exponentially(temporal_client: Client) -> 
     started = time.monotonic()
     task = asyncio.create_task(watcher.run())
     try:
-        await wait_for_counter(lambda: watcher.errors >= 5)
+        # Its own loop's failures: a counter nothing announces.
+        await until(lambda: watcher.errors >= 5, "five failed passes", DEADLINE, interval=0.01)
     finally:
         await stopped(task)
         await unreachable.close()
@@ -353,13 +357,6 @@ async def test_failed_passes_back_off_exponentially(temporal_client: Client) -> 
     # between the five failures: no tight loop against a Slurm that does not answer.
     assert time.monotonic() - started >= 0.75
     assert watcher.passes == 0
-
-
-async def wait_for_counter(done: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + DEADLINE
-    while not done():
-        assert time.monotonic() < deadline, "counter not reached"
-        await asyncio.sleep(0.01)
 
 
 async def test_a_pending_reason_is_told_only_once_the_job_has_waited_a_little(

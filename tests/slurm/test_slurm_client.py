@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from clients.slurm_errors import (
     SlurmRejected,
     SlurmUnavailable,
 )
+from testbed import waiting
 from testbed.slurm_bed import SlurmTestBed
 from tests.slurm.conftest import MakePartition
 
@@ -61,16 +61,16 @@ async def wait_for_job(
     client: SlurmClient, job_id: int, until: Callable[[JobInfo], bool], what: str
 ) -> JobInfo:
     """Poll slurmctld (a third-party system this test observes) until `until(job)`."""
-    deadline = time.monotonic() + DEADLINE
-    while True:
-        job = await client.get_job(job_id)
-        if until(job):
-            return job
-        if time.monotonic() > deadline:
-            raise AssertionError(
-                f"job {job_id} not {what} after {DEADLINE} s: {job.job_state} {job.state_reason}"
-            )
-        await asyncio.sleep(POLL_INTERVAL)
+    seen: list[JobInfo] = []
+
+    async def reached() -> JobInfo | None:
+        seen[:] = [job := await client.get_job(job_id)]
+        return job if until(job) else None
+
+    def last() -> str:
+        return f"job {job_id} {what} (last {seen[0].job_state} {seen[0].state_reason})" if seen else what
+
+    return await waiting.until(reached, last, DEADLINE, POLL_INTERVAL)
 
 
 def in_state(state: str) -> Callable[[JobInfo], bool]:
@@ -343,17 +343,19 @@ async def wait_for_no_change(client: SlurmClient, update_time: int) -> int:
 
     Other test sessions may share this Slurm, so a quiet second is awaited, not assumed.
     """
-    deadline = time.monotonic() + DEADLINE
-    while True:
-        answer = await client.list_jobs(update_time=update_time)
+    latest = [update_time]
+
+    async def quiet() -> bool:
+        answer = await client.list_jobs(update_time=latest[0])
         if not answer.jobs:
-            assert answer.update_time == update_time  # "no change" keeps the caller's time
-            return update_time
-        assert answer.update_time >= update_time
-        update_time = answer.update_time
-        if time.monotonic() > deadline:
-            raise AssertionError(f"jobs kept changing for {DEADLINE} s")
-        await asyncio.sleep(0.2)
+            assert answer.update_time == latest[0]  # "no change" keeps the caller's time
+            return True
+        assert answer.update_time >= latest[0]
+        latest[0] = answer.update_time
+        return False
+
+    await waiting.until(quiet, "an answer with no change (jobs kept changing)", DEADLINE, interval=0.2)
+    return latest[0]
 
 
 def job_states(jobs: list[JobInfo]) -> dict[int, list[str]]:

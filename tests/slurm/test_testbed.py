@@ -14,11 +14,12 @@ from testbed.slurm_bed import (
     HIGH_PARTITION,
     LOW_PARTITION,
     SlurmTestBed,
-    wait_until,
 )
+from testbed.waiting import wait_until
 from tests.slurm.conftest import BridgeNodes, MakeBridgeNodes
 
 pytestmark = pytest.mark.slurm
+SCHEDULED = 15.0  # seconds for slurmctld (a scheduling pass each second) to start a job, on a busy machine
 
 
 def state(nodes: BridgeNodes, job_id: int) -> list[str]:
@@ -67,10 +68,10 @@ def test_slurm_conf_settings(slurm_bed: SlurmTestBed) -> None:
 def test_high_job_preempts_low_job(bridge_nodes: MakeBridgeNodes, slurm_bed: SlurmTestBed) -> None:
     nodes = bridge_nodes("")
     low = nodes.submit(LOW_PARTITION, cpus_per_task=4)  # the whole node
-    wait_until(lambda: running(nodes, low), f"low job {low} running")
+    wait_until(lambda: running(nodes, low), f"low job {low} running", timeout=SCHEDULED)
 
     high = nodes.submit(HIGH_PARTITION, cpus_per_task=4)
-    started = wait_until(lambda: running(nodes, high), f"high job {high} running")
+    started = wait_until(lambda: running(nodes, high), f"high job {high} running", timeout=SCHEDULED)
 
     assert started["nodes"] == nodes.names[0]
     preempted = nodes.job(low)
@@ -80,6 +81,7 @@ def test_high_job_preempts_low_job(bridge_nodes: MakeBridgeNodes, slurm_bed: Slu
     starts = wait_until(
         lambda: found if len(found := slurm_bed.job_start_times([low, high])) == 2 else None,
         "both starts logged",
+        timeout=SCHEDULED,
     )
     assert starts[low] <= starts[high]
     log = slurm_bed.slurmctld_log.read_text(errors="replace")
@@ -89,7 +91,7 @@ def test_high_job_preempts_low_job(bridge_nodes: MakeBridgeNodes, slurm_bed: Slu
 def test_default_partition_is_never_preempted(bridge_nodes: MakeBridgeNodes) -> None:
     nodes = bridge_nodes("")
     default = nodes.submit(DEFAULT_PARTITION, cpus_per_task=4)
-    wait_until(lambda: running(nodes, default), f"job {default} running")
+    wait_until(lambda: running(nodes, default), f"job {default} running", timeout=SCHEDULED)
 
     high = nodes.submit(HIGH_PARTITION, cpus_per_task=4)
     wait_until(lambda: passed_over(nodes, high), f"high job {high} passed over twice", timeout=20)
@@ -113,7 +115,7 @@ def test_gpu_jobs_go_only_where_enough_gpus_are_free(
 
     # Both ways of writing a per-node GPU count work ("gpu:2" alone is refused: error 2115).
     three = nodes.submit(DEFAULT_PARTITION, tres_per_node="gres/gpu:3")
-    job = wait_until(lambda: running(nodes, three), f"3-GPU job {three} running")
+    job = wait_until(lambda: running(nodes, three), f"3-GPU job {three} running", timeout=SCHEDULED)
     assert (job["nodes"], job["gres_detail"]) == (big, ["gpu:3(IDX:0-2)"])
 
     # One GPU free on each node: a 2-GPU job waits, on neither node.
@@ -122,19 +124,19 @@ def test_gpu_jobs_go_only_where_enough_gpus_are_free(
     assert state(nodes, two) == ["PENDING"]
 
     slurm_bed.cancel_job(three)
-    job = wait_until(lambda: running(nodes, two), f"2-GPU job {two} running")
+    job = wait_until(lambda: running(nodes, two), f"2-GPU job {two} running", timeout=SCHEDULED)
     assert (job["nodes"], job["gres_detail"]) == (big, ["gpu:2(IDX:0-1)"])
     layout = slurm_bed.rest("GET", f"/resources/{two}").json()["nodes"]
     assert [(n["node"], n["gres"]) for n in layout] == [
         (big, [{"name": "gpu", "type": "", "count": 2, "index": "0-1"}])
     ]
     another = nodes.submit(DEFAULT_PARTITION, tres_per_node="gres/gpu:2")
-    job = wait_until(lambda: running(nodes, another), f"2-GPU job {another} running")
+    job = wait_until(lambda: running(nodes, another), f"2-GPU job {another} running", timeout=SCHEDULED)
     assert (job["nodes"], job["gres_detail"]) == (big, ["gpu:2(IDX:2-3)"])
 
     # The small node still takes what fits it.
     one = nodes.submit(DEFAULT_PARTITION, tres_per_node="gres/gpu:1")
-    job = wait_until(lambda: running(nodes, one), f"1-GPU job {one} running")
+    job = wait_until(lambda: running(nodes, one), f"1-GPU job {one} running", timeout=SCHEDULED)
     assert (job["nodes"], job["gres_detail"]) == (small, ["gpu:1(IDX:0)"])
 
 
@@ -187,8 +189,8 @@ def test_foreign_jobs(slurm_bed: SlurmTestBed) -> None:
 def test_job_start_log_line(bridge_nodes: MakeBridgeNodes, slurm_bed: SlurmTestBed) -> None:
     nodes = bridge_nodes("")
     job_id = nodes.submit(DEFAULT_PARTITION)
-    job = wait_until(lambda: running(nodes, job_id), f"job {job_id} running")
-    starts = wait_until(lambda: slurm_bed.job_start_times([job_id]), "start logged")
+    job = wait_until(lambda: running(nodes, job_id), f"job {job_id} running", timeout=SCHEDULED)
+    starts = wait_until(lambda: slurm_bed.job_start_times([job_id]), "start logged", timeout=SCHEDULED)
     # Slurm's own start_time has whole seconds only, from the clock at the start of the
     # scheduling pass: a pass that began at x.999 logs at (x+1).00y.
     assert 0 <= starts[job_id].timestamp() - job["start_time"]["number"] < 2

@@ -1,6 +1,5 @@
 """A Temporal namespace other than `default`, on the session's dev server."""
 
-import asyncio
 import uuid
 
 import pytest
@@ -9,6 +8,8 @@ from temporalio.api.workflowservice.v1 import RegisterNamespaceRequest
 from temporalio.client import Client
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
+
+from testbed.waiting import until
 
 NAMESPACE = "slurm-bridge-prod"
 
@@ -27,12 +28,10 @@ async def other_namespace(temporal_env: WorkflowEnvironment) -> str:
         if "already" not in error.message.lower():
             raise
     scoped = Client(client.service_client, namespace=NAMESPACE, data_converter=client.data_converter)
-    deadline = asyncio.get_running_loop().time() + 30
-    while True:
-        try:
-            await scoped.count_workflows(f'WorkflowId = "{uuid.uuid4()}"')
-            return NAMESPACE
-        except RPCError:
-            if asyncio.get_running_loop().time() > deadline:
-                raise
-            await asyncio.sleep(0.25)
+
+    async def usable() -> bool:  # refused (RPCError) until the frontend's namespace cache has it
+        await scoped.count_workflows(f'WorkflowId = "{uuid.uuid4()}"')
+        return True
+
+    await until(usable, f"namespace {NAMESPACE} usable", 30, 0.25, ignoring=RPCError)
+    return NAMESPACE

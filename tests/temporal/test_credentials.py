@@ -25,6 +25,7 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from clients.kube_client import KubeClient
 from clients.slurm_client import SlurmClient
+from testbed.waiting import until
 from tests.temporal.tls_proxy import MutualTLSProxy
 from worker.main import Bridge
 from worker.settings import ConfigurationError, TemporalSettings, WorkerSettings, load
@@ -116,13 +117,6 @@ def reloader(client: Client) -> CredentialReloader:
     return plugin
 
 
-async def eventually(predicate: Callable[[], bool], seconds: float = 20) -> None:
-    deadline = asyncio.get_running_loop().time() + seconds
-    while not predicate():
-        assert asyncio.get_running_loop().time() < deadline, "timed out"
-        await asyncio.sleep(0.1)
-
-
 async def test_mtls_from_files_reaches_a_namespace_other_than_default(
     proxy: Callable[[trustme.CA], Any], pki: Pki, other_namespace: str
 ) -> None:
@@ -167,13 +161,19 @@ async def test_a_running_worker_moves_to_rotated_certificates(
             WaitForGo.run, id=f"wf-{uuid.uuid4()}", task_queue=task_queue, run_timeout=timedelta(minutes=2)
         )
         # The workflow has run its first task on this worker (it is waiting for the signal).
-        await eventually(lambda: bool(worker._workflow_worker and worker._workflow_worker._running_workflows))
+        # Polled: the SDK's worker tells nobody when a workflow runs on it (nor, below, reconnects).
+        await until(
+            lambda: bool(worker._workflow_worker and worker._workflow_worker._running_workflows),
+            "the workflow running on the worker",
+            timeout=20,
+            interval=0.1,
+        )
 
         # Server side: the old CA is no longer trusted and every connection is dropped, so the
         # old certificate cannot get back in. Then the Secret volume gets the new certificate.
         front.trust(new_ca)
         pki.install(pki.client_cert(new_ca))
-        await eventually(lambda: "reconnected to Temporal" in caplog.text)
+        await until(lambda: "reconnected to Temporal" in caplog.text, "the reconnection logged", 20, 0.1)
 
         # Client calls (the watchers') and the worker's pollers both use the new connection.
         await handle.signal(WaitForGo.proceed)

@@ -6,7 +6,6 @@ does no authorization), so its answers come from a small stub that says
 allowed or denied per verb: it tests how the doctor asks and reports.
 """
 
-import asyncio
 import json
 import os
 import subprocess
@@ -27,6 +26,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from testbed.kube_fake import FakeKubeServer
 from testbed.slurm_bed import SlurmTestBed, TestPartition
+from testbed.waiting import until
 from tests.temporal.conftest import NAMESPACE
 from worker.doctor import PERMISSIONS, Check, DoctorSettings, diagnose
 from worker.settings import load
@@ -242,12 +242,12 @@ async def register_namespace(client: Client, name: str) -> None:
         RegisterNamespaceRequest(namespace=name, workflow_execution_retention_period=Duration(seconds=86400))
     )
     scoped = Client(client.service_client, namespace=name)
-    for _ in range(120):
-        try:
-            await scoped.count_workflows()
-            return
-        except RPCError:
-            await asyncio.sleep(0.25)
+
+    async def usable() -> bool:  # refused (RPCError) until the frontend's namespace cache has it
+        await scoped.count_workflows()
+        return True
+
+    await until(usable, f"namespace {name} usable", 30, 0.25, ignoring=RPCError)
 
 
 async def test_kubernetes_problems_name_the_setting(

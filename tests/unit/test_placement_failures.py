@@ -15,11 +15,11 @@ from temporalio import activity
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
-from temporalio.client import Client, WorkflowFailureError
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
-from tenacity import AsyncRetrying, stop_after_delay, wait_fixed
 
 from bridge.failures import KUBE_REJECTED, SLURM_UNAVAILABLE
 from bridge.models import (
@@ -37,6 +37,7 @@ from bridge.models import (
     SlurmUnavailableInput,
     TellPodsInput,
 )
+from testbed.waiting import until
 from workflows.placement import PlacementWorkflow
 
 HISTORIES = Path(__file__).parent.parent / "histories"
@@ -156,6 +157,23 @@ def request() -> PlacementRequest:
     )
 
 
+async def state_when(
+    handle: WorkflowHandle[Any, Any], holds: Callable[[PlacementState], object], what: str
+) -> PlacementState:
+    """The placement's state once `holds(state)`: asked by query, which has no event to wait on
+    (bounded; a stuck step gives up after 2 s)."""
+
+    phase = ["no answer"]
+
+    async def asked() -> PlacementState | None:
+        state: PlacementState = await handle.query(PlacementWorkflow.current_state)
+        phase[0] = state.phase
+        return state if holds(state) else None
+
+    # An RPCError: the workflow has not had its first task yet.
+    return await until(asked, lambda: f"{what} (last phase: {phase[0]})", 30, 0.2, ignoring=RPCError)
+
+
 @pytest.mark.parametrize("step", ["prepare_and_submit", "bind"])
 async def test_a_final_kubernetes_error_fails_the_placement_at_once_and_releases(
     temporal_client: Client, step: str
@@ -196,10 +214,7 @@ async def bound_then_done(
         handle = await temporal_client.start_workflow(
             PlacementWorkflow.run, given, id=f"placement/test/{name}/{uuid.uuid4()}", task_queue=task_queue
         )
-        # The query has no event to wait on: ask until bound (bounded; a stuck step gives up after 2 s).
-        async for attempt in AsyncRetrying(wait=wait_fixed(0.2), stop=stop_after_delay(30), reraise=True):
-            with attempt:
-                assert (await handle.query(PlacementWorkflow.current_state)).phase == "Bound"
+        await state_when(handle, lambda state: state.phase == "Bound", "the placement Bound")
         await handle.signal(
             PlacementWorkflow.pod_changed, PodEvent(pod=POD, phase="Succeeded", node_name="node-a")
         )
@@ -231,15 +246,13 @@ async def test_slurm_away_waits_for_the_gates_signal_then_submits_as_a_recovery(
         )
         # Told once, whatever the number of tries while Slurm is away.
         for expected_tries in (2, 3):
-            async for attempt in AsyncRetrying(wait=wait_fixed(0.2), stop=stop_after_delay(30), reraise=True):
-                with attempt:
-                    state = await handle.query(PlacementWorkflow.current_state)
-                    assert len(stand_ins.prepared) >= expected_tries - 1
-                    assert state.slurm_unavailable
+
+            def told_away(state: PlacementState, tries: int = expected_tries) -> bool:
+                return len(stand_ins.prepared) >= tries - 1 and bool(state.slurm_unavailable)
+
+            await state_when(handle, told_away, f"try {expected_tries - 1} told Slurm is away")
             await handle.signal(PlacementWorkflow.slurm_available)
-        async for attempt in AsyncRetrying(wait=wait_fixed(0.2), stop=stop_after_delay(30), reraise=True):
-            with attempt:
-                assert (await handle.query(PlacementWorkflow.current_state)).phase == "Bound"
+        await state_when(handle, lambda state: state.phase == "Bound", "the placement Bound")
         await handle.signal(
             PlacementWorkflow.pod_changed, PodEvent(pod=POD, phase="Succeeded", node_name="node-a")
         )
@@ -286,9 +299,7 @@ async def test_a_reset_run_told_first_that_its_pods_finished_still_releases_what
         handle = await temporal_client.start_workflow(
             PlacementWorkflow.run, request(), id=workflow_id, task_queue=task_queue
         )
-        async for attempt in AsyncRetrying(wait=wait_fixed(0.2), stop=stop_after_delay(30), reraise=True):
-            with attempt:
-                assert (await handle.query(PlacementWorkflow.current_state)).phase == "Bound"
+        await state_when(handle, lambda state: state.phase == "Bound", "the placement Bound")
     # No worker polls now: the reset run's first task waits until the signal is in its history.
     await handle.terminate(reason="test: terminated while bound")
     first_task = next(

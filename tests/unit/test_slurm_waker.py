@@ -11,12 +11,11 @@ import uuid
 
 from temporalio.client import Client
 from temporalio.worker import Worker
-from tenacity import AsyncRetrying, stop_after_delay, wait_fixed
 
 from bridge.models import PodEvent
 from clients.slurm_errors import SlurmUnavailable
 from clients.slurm_health import SlurmHealth
-from tests.unit.test_placement_failures import POD, StandIns, request
+from tests.unit.test_placement_failures import POD, StandIns, request, state_when
 from worker.slurm_waker import SlurmWaker
 from workflows.placement import PlacementWorkflow
 
@@ -38,7 +37,13 @@ async def test_a_placement_another_replica_saw_wait_is_found_probed_for_and_woke
     stand_ins = StandIns(slurm_away_for_prepare=1)
     task_queue = f"waker-{uuid.uuid4().hex[:8]}"
     probe = Probe()
-    health = SlurmHealth(probe, probe_interval=0.05)
+    gate_closed = asyncio.Event()
+
+    def observe(available: bool) -> None:  # the gate's own word on each change
+        if not available:
+            gate_closed.set()
+
+    health = SlurmHealth(probe, probe_interval=0.05, observer=observe)
     waker = SlurmWaker(temporal_client, health, task_queue=task_queue, check_interval=0.2, settle=0.1)
     async with Worker(
         temporal_client, task_queue=task_queue, workflows=[PlacementWorkflow], activities=stand_ins.all()
@@ -46,21 +51,16 @@ async def test_a_placement_another_replica_saw_wait_is_found_probed_for_and_woke
         handle = await temporal_client.start_workflow(
             PlacementWorkflow.run, request(), id=f"placement/test/waker/{uuid.uuid4()}", task_queue=task_queue
         )
-        async for attempt in AsyncRetrying(wait=wait_fixed(0.1), stop=stop_after_delay(30), reraise=True):
-            with attempt:
-                assert (await handle.query(PlacementWorkflow.current_state)).slurm_unavailable
+        await state_when(handle, lambda state: state.slurm_unavailable, "the placement told Slurm is away")
         tasks = [asyncio.create_task(waker.run()), asyncio.create_task(health.run())]
         try:
             # Slurm is away here too: the waker's probe closes this gate and signals nobody.
-            async for attempt in AsyncRetrying(wait=wait_fixed(0.1), stop=stop_after_delay(30), reraise=True):
-                with attempt:
-                    assert not health.available
+            await asyncio.wait_for(gate_closed.wait(), 30)
+            assert not health.available
             assert waker.wakes == 0
             # Slurm answers: the gate's prober opens it, and the waker signals the placement.
             probe.away = False
-            async for attempt in AsyncRetrying(wait=wait_fixed(0.1), stop=stop_after_delay(30), reraise=True):
-                with attempt:
-                    assert (await handle.query(PlacementWorkflow.current_state)).phase == "Bound"
+            await state_when(handle, lambda state: state.phase == "Bound", "the placement Bound")
             assert waker.wakes >= 1
             assert waker.recoveries == 1
         finally:

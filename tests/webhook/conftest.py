@@ -9,7 +9,6 @@ import http.client
 import json
 import ssl
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ import pytest
 import trustme
 import uvicorn
 
+from testbed.waiting import wait_until
 from tests.webhook.reviews import BRIDGE_USER, MANAGED_NS, SCHEDULER, Json, response_of
 from webhook.app import Webhook, create_app
 from webhook.command import uvicorn_config
@@ -53,11 +53,13 @@ def run_in_thread(server: uvicorn.Server) -> threading.Thread:
     """Serve in a daemon thread; return once it accepts connections."""
     thread = threading.Thread(target=server.run, name="webhook-under-test", daemon=True)
     thread.start()
-    deadline = time.monotonic() + 15
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("the webhook under test did not start")
-        time.sleep(0.01)
+
+    def started() -> bool:  # another thread's server: polled
+        if not thread.is_alive():
+            raise RuntimeError("the webhook under test stopped while starting")
+        return bool(server.started)
+
+    wait_until(started, "the webhook under test to start", timeout=15)
     return thread
 
 

@@ -9,7 +9,6 @@ at binding (tests/e2e/test_dra.py shows that path).
 import asyncio
 import socket
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ import uvicorn
 from bridge.dra import RESOURCE_GROUP
 from clients.kube_client import KubeClient
 from testbed.kube_fake import DEFAULT_RESOURCES, FakeKubeServer
+from testbed.waiting import wait_until
 from tests.deploy.chart import manifests, one
 from tests.deploy.test_rbac import granted
 from tests.e2e.test_rbac_in_use import authorized_as
@@ -62,15 +62,6 @@ def single_gets(kube: FakeKubeServer, name: str) -> int:
 
 def watching(kube: FakeKubeServer) -> bool:
     return any(r.path == CLASS_PATH and r.query.get("watch") == "true" for r in kube.requests)
-
-
-def until(check: Callable[[], Any], what: str, timeout: float = 10.0) -> Any:
-    """Poll what tells nobody when it changes (another thread's server, a watch's delivery)."""
-    deadline = time.monotonic() + timeout
-    while not (found := check()):
-        assert time.monotonic() < deadline, f"{what}: not within {timeout:g} s"
-        time.sleep(0.02)
-    return found
 
 
 class Webhook:
@@ -141,7 +132,7 @@ def start_webhook(
 
         thread = threading.Thread(target=serve, daemon=True)
         thread.start()
-        until(lambda: built and built[0].started, "the webhook's start")
+        wait_until(lambda: built and built[0].started, "the webhook's start")  # another thread's server
         webhook = Webhook(RunningServer(built[0], thread), ca)
         started.append(webhook)
         return webhook
@@ -156,7 +147,7 @@ def test_a_class_the_cluster_does_not_have_is_refused_and_one_it_has_is_admitted
     start_webhook: StartWebhook, kube: FakeKubeServer
 ) -> None:
     webhook = start_webhook()
-    until(lambda: watching(kube), "the DeviceClass watch")
+    kube.wait_for(lambda: watching(kube), 10)  # the DeviceClass watch (re-checked on each request)
 
     message = webhook.denial(review(dra_pod("gpu.example.com")))
     assert (
@@ -180,7 +171,7 @@ def test_every_request_of_the_lookup_is_granted_by_the_charts_webhook_role(
     start_webhook: StartWebhook, kube: FakeKubeServer
 ) -> None:
     webhook = start_webhook()
-    until(lambda: watching(kube), "the DeviceClass watch")
+    kube.wait_for(lambda: watching(kube), 10)  # the DeviceClass watch (re-checked on each request)
     webhook.denial(review(dra_pod("gpu.example.com")))  # not cached: fetched by name
 
     used = {authorized_as(r) for r in kube.requests}
@@ -197,7 +188,7 @@ def test_a_class_created_after_the_start_is_admitted_and_a_deleted_one_refused(
     start_webhook: StartWebhook, kube: FakeKubeServer
 ) -> None:
     webhook = start_webhook()
-    until(lambda: watching(kube), "the DeviceClass watch")
+    kube.wait_for(lambda: watching(kube), 10)  # the DeviceClass watch (re-checked on each request)
     assert "does not exist in the cluster" in webhook.denial(review(dra_pod("gpu.example.com")))
 
     kube.create_object(CLASSES, device_class("gpu.example.com"))
@@ -206,7 +197,7 @@ def test_a_class_created_after_the_start_is_admitted_and_a_deleted_one_refused(
 
     kube.delete_object(CLASSES, "gpu.nvidia.com")
     # As soon as the watch tells the webhook.
-    until(
+    wait_until(
         lambda: not webhook.validate(review(dra_pod("gpu.nvidia.com")))["allowed"],
         "the deletion seen by the webhook",
     )
@@ -266,7 +257,7 @@ def test_a_lookup_that_fails_is_refused_as_one_to_try_again(
     start_webhook: StartWebhook, kube: FakeKubeServer
 ) -> None:
     webhook = start_webhook()
-    until(lambda: watching(kube), "the DeviceClass watch")
+    kube.wait_for(lambda: watching(kube), 10)  # the DeviceClass watch (re-checked on each request)
     kube.fail_next("GET", f"^{CLASS_PATH}/gpu.example.com$", 403, message="deviceclasses is forbidden")
 
     message = webhook.denial(review(dra_pod("gpu.example.com")))

@@ -8,7 +8,6 @@ serves decisions from the cache over HTTPS.
 import asyncio
 import socket
 import threading
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ import uvicorn
 from bridge.labels import parse_selector
 from clients.kube_client import KubeClient
 from testbed.kube_fake import FakeKubeServer
+from testbed.waiting import wait_until
 from tests.webhook.conftest import CertFiles, RunningServer, client_for
 from tests.webhook.reviews import SCHEDULER, pod, response_of, review
 from webhook.command import build_server
@@ -51,11 +51,15 @@ def watches(kube: FakeKubeServer) -> int:
     )
 
 
-async def eventually(check: Callable[[], Any], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.02)
+async def cache_shows(selected: SelectedNamespaces, check: Callable[[], bool]) -> None:
+    """Until the label cache shows `check()`: re-checked on each of its watch's events, no polling."""
+    await asyncio.wait_for(selected.cache.store.wait_until(check), 5)
+
+
+def selects(selected: SelectedNamespaces, name: str) -> bool:
+    """The cache's answer for `name`, read without the GET `is_managed` makes for a namespace not seen."""
+    labels = selected.cache.labels.get(name)
+    return labels is not None and selected.selector.matches(labels)
 
 
 @pytest.fixture
@@ -88,18 +92,14 @@ async def test_decisions_follow_label_changes_without_a_get_per_request(
     relabel(kube, "web", **{"slurm-bridge": "managed"})
     relabel(kube, "hpc", team="hpc")
 
-    async def flipped() -> bool:
-        return await selected.is_managed("web") and not await selected.is_managed("hpc")
-
-    await eventually(flipped)
+    await cache_shows(selected, lambda: selects(selected, "web") and not selects(selected, "hpc"))
+    assert await selected.is_managed("web")
+    assert not await selected.is_managed("hpc")
     for _ in range(100):
         await selected.is_managed("web")
     kube.create_object("namespaces", namespace("new", **{"slurm-bridge": "managed"}))
 
-    async def seen_new() -> bool:
-        return "new" in selected.cache.labels
-
-    await eventually(seen_new)
+    await cache_shows(selected, lambda: "new" in selected.cache.labels)
     assert await selected.is_managed("new")
     assert single_gets(kube) == []
     assert selected.cache.lookups == 0
@@ -118,10 +118,8 @@ async def test_an_expired_watch_is_followed_by_a_relist(
     relabel(kube, "web", **{"slurm-bridge": "managed"})
     kube.compact_history()
 
-    async def relisted() -> bool:
-        return selected.cache.lists >= 2 and await selected.is_managed("web")
-
-    await eventually(relisted)
+    await cache_shows(selected, lambda: selected.cache.lists >= 2 and selects(selected, "web"))
+    assert await selected.is_managed("web")
     assert single_gets(kube) == []
 
 
@@ -180,11 +178,12 @@ def command_server(kube: FakeKubeServer, cert_files: CertFiles, tmp_path: Path) 
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 10
-    while not (built and built[0].started):
+
+    def started() -> bool:  # another thread's server: polled
         assert thread.is_alive(), "the webhook stopped while starting"
-        assert time.monotonic() < deadline, "the webhook did not start"
-        time.sleep(0.01)
+        return bool(built and built[0].started)
+
+    wait_until(started, "the webhook's start")
     running = RunningServer(built[0], thread)
     yield running
     running.stop()
@@ -194,10 +193,7 @@ def test_the_command_decides_from_namespace_labels(
     command_server: RunningServer, kube: FakeKubeServer, ca: trustme.CA
 ) -> None:
     with client_for(ca, command_server.url) as http:
-        deadline = time.monotonic() + 5
-        while http.get("/readyz").status_code != 200:
-            assert time.monotonic() < deadline, "never ready"
-            time.sleep(0.02)
+        wait_until(lambda: http.get("/readyz").status_code == 200, "the webhook's /readyz", timeout=5)
 
         def scheduler_after_mutation(ns: str) -> str | None:
             sent = review(pod(namespace=ns), namespace=ns)
@@ -207,10 +203,7 @@ def test_the_command_decides_from_namespace_labels(
         assert scheduler_after_mutation("hpc") == SCHEDULER
         assert scheduler_after_mutation("web") is None
         relabel(kube, "web", **{"slurm-bridge": "managed"})
-        deadline = time.monotonic() + 5
-        while scheduler_after_mutation("web") is None:
-            assert time.monotonic() < deadline, "label change not seen"
-            time.sleep(0.02)
+        wait_until(lambda: scheduler_after_mutation("web"), "the label change seen by the webhook", timeout=5)
         for _ in range(20):
             assert scheduler_after_mutation("web") == SCHEDULER
     assert single_gets(kube) == []
