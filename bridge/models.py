@@ -443,6 +443,7 @@ class PlacementCarry(BaseModel):
     state: PlacementState
     members: list[PodRef]
     pods: list[PodEvent]
+    submitted: bool = True  # False: continued while no node fitted; the new run prepares again
     job: JobEvent | None = None
     translated_annotations: dict[str, str] = Field(default_factory=dict)
     recheck_seconds: float = 600.0

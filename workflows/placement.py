@@ -197,7 +197,8 @@ class PlacementWorkflow(GroupMembers):
     @workflow.run
     async def run(self, request: PlacementRequest) -> PlacementState:
         try:
-            if request.carry is None and not await self._prepare():
+            # A run continued before its job was submitted (no node fitted for long) prepares again.
+            if (request.carry is None or not self.submitted) and not await self._prepare():
                 return self.state
             await self._follow()
         except PlacementFailed as failure:
@@ -243,7 +244,8 @@ class PlacementWorkflow(GroupMembers):
         info = workflow.info()
         # Not the first run of this placement (a reset, or a new generation): a job may exist already.
         recovery = self.request.recovery or info.run_id != info.first_execution_run_id
-        reported = ""
+        # A run continued while no node fitted has told the pods already, and says so.
+        reported = self.state.history[-1].detail if self.state.phase == "Unschedulable" else ""
         while True:
             seen = self._changes
             prepared = await self._step(
@@ -549,7 +551,9 @@ class PlacementWorkflow(GroupMembers):
             state=self.state,
             members=self._pods(),
             pods=list(self.pods.values()),
-            job=self.jobs.get(self._job_id()),
+            submitted=self.submitted,
+            # None while no node fitted: nothing was submitted yet.
+            job=self.jobs.get(self.state.job_id) if self.state.job_id is not None else None,
             translated_annotations=self.translated_annotations,
             recheck_seconds=self._recheck_interval.total_seconds(),
             slurm_nodes=self.slurm_nodes,
@@ -565,7 +569,7 @@ class PlacementWorkflow(GroupMembers):
     def _restore(self, carry: PlacementCarry) -> None:
         self.state = carry.state
         self.members = {p.uid: p for p in carry.members}
-        self.submitted = True
+        self.submitted = carry.submitted
         self.pods = {e.pod.uid: e for e in carry.pods}
         if carry.job is not None:
             self.jobs[carry.job.job_id] = carry.job

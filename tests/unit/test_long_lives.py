@@ -6,6 +6,7 @@ with its state before its history grows large, and the pods' end still releases
 the job. The activities are stand-ins: this is about the workflow's own clockwork.
 """
 
+import asyncio
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -142,3 +143,79 @@ async def test_a_pod_bound_for_a_month_keeps_a_bounded_history(temporal_client: 
         # The search attributes set at the start survive every continue-as-new.
         described = await latest.describe()
         assert described.typed_search_attributes.get(sa.PLACEMENT_PHASE) == "Bound"
+
+
+class NoNodeFits(StandIns):
+    """No bridge node passes the pod's node rules until `fits`; each prepare is announced."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fits = False
+        self.prepares = 0
+        self.prepared = asyncio.Event()
+
+    @activity.defn(name="prepare_and_submit")
+    async def prepare_and_submit(self, given: PrepareInput) -> Prepared:
+        self.prepares += 1
+        self.prepared.set()
+        if not self.fits:
+            return Prepared(submitted=False, pods=given.request.pods, unschedulable="0/2 nodes are available")
+        return await super().prepare_and_submit(given)
+
+
+async def test_a_placement_no_node_fits_for_long_continues_as_new_and_binds_later(
+    temporal_client: Client,
+) -> None:
+    # Each node change wakes an unschedulable placement to look again: its history grows with
+    # the cluster's churn, so it must continue as new before it is submitted too. It failed
+    # ("no Slurm job") at its first continue-as-new, and its pods were released unplaced.
+    task_queue = f"long-lives-{uuid.uuid4().hex[:8]}"
+    stand_ins = NoNodeFits()
+    limit = 40
+    request = PlacementRequest(
+        group="team-a/notebook",
+        namespace="team-a",
+        pods=[POD],
+        installation="test",
+        events=[PodEvent(pod=POD)],
+        history_events_limit=limit,
+    )
+    workflow_id = f"placement/test/team-a/notebook/{uuid.uuid4()}"
+    async with Worker(
+        temporal_client,
+        task_queue=task_queue,
+        workflows=[PlacementWorkflow],
+        unsandboxed_workflow_runner=SandboxedWorkflowRunner(),
+        activities=[stand_ins.prepare_and_submit, stand_ins.bind, stand_ins.check_job, stand_ins.release],
+    ):
+        await temporal_client.start_workflow(
+            PlacementWorkflow.run, request, id=workflow_id, task_queue=task_queue
+        )
+        for wakes in range(1, 13):  # ~10 events per look: past the limit more than once
+            await asyncio.wait_for(stand_ins.prepared.wait(), 30)
+            stand_ins.prepared.clear()
+            assert stand_ins.prepares == wakes
+            latest = temporal_client.get_workflow_handle(workflow_id, result_type=PlacementState)
+            await latest.signal(PlacementWorkflow.nodes_changed)
+        await asyncio.wait_for(stand_ins.prepared.wait(), 30)
+        latest = temporal_client.get_workflow_handle(workflow_id, result_type=PlacementState)
+        state = await query_when_ready(latest)
+        assert (state.phase, state.job_id) == ("Unschedulable", None)
+        assert len((await latest.fetch_history()).events) <= limit + 20
+        assert stand_ins.released == []  # nothing was given back: the pods still wait for a node
+
+        # A node fits again: the placement submits, binds, and ends with its pod.
+        stand_ins.fits = True
+        stand_ins.prepared.clear()
+        await latest.signal(PlacementWorkflow.nodes_changed)
+        await asyncio.wait_for(stand_ins.prepared.wait(), 30)
+
+        async def bound() -> bool:
+            return (await latest.query(PlacementWorkflow.current_state)).phase == "Bound"
+
+        await until(bound, "the placement bound", 30, 0.1)
+        await latest.signal(
+            PlacementWorkflow.pod_changed, PodEvent(pod=POD, phase="Succeeded", node_name="node-a")
+        )
+        assert (await latest.result()).phase == "Done"
+        assert [r.cancel_job for r in stand_ins.released] == [True]
