@@ -50,7 +50,7 @@ from enum import StrEnum
 from typing import Any
 
 from bridge import keys
-from bridge.matching import node_affinity_failure, tolerates
+from bridge.matching import as_list, as_mapping, as_str, node_affinity_failure, tolerates
 
 Pod = Mapping[str, Any]
 Node = Mapping[str, Any]
@@ -127,33 +127,18 @@ class Feasibility:
         return f"0/{self.total} nodes are available: {', '.join(parts)}."
 
 
-# -- small JSON helpers --------------------------------------------------------
-
-
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _str(value: Any) -> str:
-    return value if isinstance(value, str) else ""
-
-
 def node_name(node: Node) -> str:
-    return _str(_mapping(node.get("metadata")).get("name"))
+    return as_str(as_mapping(node.get("metadata")).get("name"))
 
 
 def slurm_node_name(node: Node) -> str:
     """The Slurm name of a Kubernetes node: its slurm-nodename label, else the same name."""
-    labels = _mapping(_mapping(node.get("metadata")).get("labels"))
-    return _str(labels.get(keys.LABEL_SLURM_NODE_NAME)) or node_name(node)
+    labels = as_mapping(as_mapping(node.get("metadata")).get("labels"))
+    return as_str(labels.get(keys.LABEL_SLURM_NODE_NAME)) or node_name(node)
 
 
 def _pod_key(pod: Pod) -> str:
-    meta = _mapping(pod.get("metadata"))
+    meta = as_mapping(pod.get("metadata"))
     return f"{meta.get('namespace')}/{meta.get('name')}"
 
 
@@ -162,19 +147,19 @@ def _pod_key(pod: Pod) -> str:
 
 def _taint_text(taint: Mapping[str, Any]) -> str:
     """kubectl's `key=value:Effect` (`key:Effect` without a value)."""
-    key, value, effect = _str(taint.get("key")), _str(taint.get("value")), _str(taint.get("effect"))
+    key, value, effect = as_str(taint.get("key")), as_str(taint.get("value")), as_str(taint.get("effect"))
     return f"{key}={value}:{effect}" if value else f"{key}:{effect}"
 
 
 def _taint_reason(taint: Mapping[str, Any]) -> str:
-    return f"node(s) had untolerated taint {{{_str(taint.get('key'))}: {_str(taint.get('value'))}}}"
+    return f"node(s) had untolerated taint {{{as_str(taint.get('key'))}: {as_str(taint.get('value'))}}}"
 
 
 def _ready(node: Node) -> str:
     """The Ready condition's status ("True", "False", "Unknown"), or "" when absent."""
-    for condition in _list(_mapping(node.get("status")).get("conditions")):
+    for condition in as_list(as_mapping(node.get("status")).get("conditions")):
         if isinstance(condition, Mapping) and condition.get("type") == "Ready":
-            return _str(condition.get("status"))
+            return as_str(condition.get("status"))
     return ""
 
 
@@ -183,14 +168,14 @@ def _ready(node: Node) -> str:
 
 def pod_exclusion(pod: Pod, node: Node, *, tolerated_by_bridge: Collection[str]) -> Exclusion | None:
     """The first rule that keeps this pod off this node, or None when it may run there."""
-    spec = _mapping(pod.get("spec"))
-    tolerations = _list(spec.get("tolerations"))
+    spec = as_mapping(pod.get("spec"))
+    tolerations = as_list(spec.get("tolerations"))
     name = node_name(node)
 
     def excluded(rule: Rule, detail: str, reason: str) -> Exclusion:
         return Exclusion(name, slurm_node_name(node), rule, detail, reason, _pod_key(pod))
 
-    if _mapping(node.get("spec")).get("unschedulable") is True:
+    if as_mapping(node.get("spec")).get("unschedulable") is True:
         cordon = {"key": TAINT_UNSCHEDULABLE, "effect": NO_SCHEDULE}
         if not tolerates(tolerations, cordon):
             return excluded(
@@ -199,14 +184,14 @@ def pod_exclusion(pod: Pod, node: Node, *, tolerated_by_bridge: Collection[str])
                 REASON_UNSCHEDULABLE,
             )
 
-    wanted_node = _str(spec.get("nodeName"))
+    wanted_node = as_str(spec.get("nodeName"))
     if wanted_node and wanted_node != name:
         return excluded(Rule.NODE_NAME, f"pod's spec.nodeName is {wanted_node}", REASON_NODE_NAME)
 
-    for taint in _list(_mapping(node.get("spec")).get("taints")):
+    for taint in as_list(as_mapping(node.get("spec")).get("taints")):
         if not isinstance(taint, Mapping) or taint.get("effect") not in (NO_SCHEDULE, NO_EXECUTE):
             continue
-        if _str(taint.get("key")) in tolerated_by_bridge or tolerates(tolerations, taint):
+        if as_str(taint.get("key")) in tolerated_by_bridge or tolerates(tolerations, taint):
             continue
         return excluded(Rule.TAINT, f"taint {_taint_text(taint)} not tolerated", _taint_reason(taint))
 
@@ -268,11 +253,11 @@ def is_bridge_node(node: Node, scheduler_name: str) -> bool:
     no label). Node sync marks the last kind with the managed-node taint naming this
     scheduler; that mark is what tells it here, with no Slurm request per placement.
     """
-    metadata = _mapping(node.get("metadata"))
-    labels = _mapping(metadata.get("labels"))
+    metadata = as_mapping(node.get("metadata"))
+    labels = as_mapping(metadata.get("labels"))
     if any(label in labels for label in BRIDGE_NODE_LABELS):
         return True
-    taints = _mapping(node.get("spec")).get("taints") or []
+    taints = as_mapping(node.get("spec")).get("taints") or []
     return any(
         isinstance(taint, Mapping)
         and taint.get("key") == keys.TAINT_MANAGED_NODE

@@ -27,15 +27,18 @@ from bridge.labels import OPERATORS, Requirement, operator_problem, parse_int64
 Node = Mapping[str, Any]
 
 
-def _mapping(value: Any) -> Mapping[str, Any]:
+# -- reading untyped JSON (a pod or node as the API server sent it) -------------------
+
+
+def as_mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def _list(value: Any) -> list[Any]:
+def as_list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-def _str(value: Any) -> str:
+def as_str(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
@@ -52,13 +55,13 @@ def toleration_tolerates(
     and Gt (alpha, TaintTolerationComparisonOperators) compare integers, or
     never match with `comparison_operators` off (the feature gate's default).
     """
-    effect, key = _str(toleration.get("effect")), _str(toleration.get("key"))
-    if effect and effect != _str(taint.get("effect")):
+    effect, key = as_str(toleration.get("effect")), as_str(toleration.get("key"))
+    if effect and effect != as_str(taint.get("effect")):
         return False
-    if key and key != _str(taint.get("key")):
+    if key and key != as_str(taint.get("key")):
         return False
-    operator = _str(toleration.get("operator"))
-    wanted, actual = _str(toleration.get("value")), _str(taint.get("value"))
+    operator = as_str(toleration.get("operator"))
+    wanted, actual = as_str(toleration.get("value")), as_str(taint.get("value"))
     if operator in ("", "Equal"):
         return wanted == actual
     if operator == "Exists":
@@ -85,8 +88,8 @@ def tolerates(
 
 
 def _requirement_text(requirement: Mapping[str, Any]) -> str:
-    key, operator = _str(requirement.get("key")), _str(requirement.get("operator"))
-    values = [str(v) for v in _list(requirement.get("values"))]
+    key, operator = as_str(requirement.get("key")), as_str(requirement.get("operator"))
+    values = [str(v) for v in as_list(requirement.get("values"))]
     if operator in ("Exists", "DoesNotExist") and not values:
         return f"{key} {operator}"
     if operator in ("Gt", "Lt") and len(values) == 1:
@@ -96,36 +99,36 @@ def _requirement_text(requirement: Mapping[str, Any]) -> str:
 
 def _label_requirement(requirement: Mapping[str, Any]) -> Requirement | str:
     """A matchExpressions entry as a label requirement, or why Kubernetes would refuse to parse it."""
-    operator = _str(requirement.get("operator"))
-    values = _list(requirement.get("values"))
+    operator = as_str(requirement.get("operator"))
+    values = as_list(requirement.get("values"))
     if problem := operator_problem(operator, values):
         return problem
     strings = frozenset(v for v in values if isinstance(v, str))  # the API server allows no other
-    return Requirement(_str(requirement.get("key")), OPERATORS[operator], strings)
+    return Requirement(as_str(requirement.get("key")), OPERATORS[operator], strings)
 
 
 def _field_requirement_problem(requirement: Mapping[str, Any]) -> str | None:
-    operator = _str(requirement.get("operator"))
+    operator = as_str(requirement.get("operator"))
     if operator not in ("In", "NotIn"):
         return f'unsupported operator "{operator}" for matchFields (only In and NotIn)'
-    if len(_list(requirement.get("values"))) != 1:
+    if len(as_list(requirement.get("values"))) != 1:
         return "matchFields In and NotIn need exactly one value"
     return None
 
 
 def _field_requirement_matches(requirement: Mapping[str, Any], node: Node) -> bool:
     # Only metadata.name is a node field; any other key reads as "" (fields.Set.Get).
-    fields = {"metadata.name": _str(_mapping(node.get("metadata")).get("name"))}
-    actual = fields.get(_str(requirement.get("key")), "")
-    wanted = _list(requirement.get("values"))[0]
+    fields = {"metadata.name": as_str(as_mapping(node.get("metadata")).get("name"))}
+    actual = fields.get(as_str(requirement.get("key")), "")
+    wanted = as_list(requirement.get("values"))[0]
     equal = actual == wanted
-    return equal if _str(requirement.get("operator")) == "In" else not equal
+    return equal if as_str(requirement.get("operator")) == "In" else not equal
 
 
 def _term_failure(term: Mapping[str, Any], node: Node) -> str | None:
     """Why a non-empty nodeSelectorTerm does not match the node; None when it does."""
-    expressions = [r for r in _list(term.get("matchExpressions")) if isinstance(r, Mapping)]
-    fields = [r for r in _list(term.get("matchFields")) if isinstance(r, Mapping)]
+    expressions = [r for r in as_list(term.get("matchExpressions")) if isinstance(r, Mapping)]
+    fields = [r for r in as_list(term.get("matchFields")) if isinstance(r, Mapping)]
     # A parse error anywhere in the term makes the whole term match nothing.
     parsed: list[tuple[Mapping[str, Any], Requirement]] = []
     for requirement in expressions:
@@ -136,7 +139,7 @@ def _term_failure(term: Mapping[str, Any], node: Node) -> str | None:
     for requirement in fields:
         if problem := _field_requirement_problem(requirement):
             return f"matchFields {_requirement_text(requirement)} is invalid ({problem})"
-    labels = _mapping(_mapping(node.get("metadata")).get("labels"))
+    labels = as_mapping(as_mapping(node.get("metadata")).get("labels"))
     for requirement, label_requirement in parsed:
         if not label_requirement.matches(labels):
             key = label_requirement.key
@@ -149,13 +152,13 @@ def _term_failure(term: Mapping[str, Any], node: Node) -> str | None:
 
 
 def _is_empty_term(term: Any) -> bool:
-    term = _mapping(term)
-    return not _list(term.get("matchExpressions")) and not _list(term.get("matchFields"))
+    term = as_mapping(term)
+    return not as_list(term.get("matchExpressions")) and not as_list(term.get("matchFields"))
 
 
 def node_selector_terms_failure(terms: Sequence[Any], node: Node) -> str | None:
     """Why required node affinity terms (ORed) exclude the node; None when one matches."""
-    candidates = [_mapping(t) for t in terms if not _is_empty_term(t)]
+    candidates = [as_mapping(t) for t in terms if not _is_empty_term(t)]
     if not candidates:
         return "required node affinity has no non-empty nodeSelectorTerms, which matches no node"
     failures: list[str] = []
@@ -171,15 +174,15 @@ def node_selector_terms_failure(terms: Sequence[Any], node: Node) -> str | None:
 
 def node_affinity_failure(spec: Mapping[str, Any], node: Node) -> str | None:
     """Why the pod's `spec.nodeSelector` or required node affinity keeps it off the node, or None."""
-    labels = _mapping(_mapping(node.get("metadata")).get("labels"))
-    for key, wanted in _mapping(spec.get("nodeSelector")).items():
+    labels = as_mapping(as_mapping(node.get("metadata")).get("labels"))
+    for key, wanted in as_mapping(spec.get("nodeSelector")).items():
         # labels.SelectorFromSet: key=value for every entry.
         equal = Requirement(key, "In", frozenset({wanted} if isinstance(wanted, str) else ()))
         if not equal.matches(labels):
             has = f"{key}={labels[key]}" if key in labels else f"no label {key}"
             return f"nodeSelector {key}={wanted} does not match (node has {has})"
-    affinity = _mapping(_mapping(spec.get("affinity")).get("nodeAffinity"))
+    affinity = as_mapping(as_mapping(spec.get("affinity")).get("nodeAffinity"))
     required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
     if isinstance(required, Mapping):
-        return node_selector_terms_failure(_list(required.get("nodeSelectorTerms")), node)
+        return node_selector_terms_failure(as_list(required.get("nodeSelectorTerms")), node)
     return None

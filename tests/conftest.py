@@ -136,3 +136,10 @@ def release_namespace(real_apiserver: ApiServer) -> Iterator[RealCluster]:
 def chart_identity(release_namespace: RealCluster) -> ChartIdentity:
     """The chart's ServiceAccounts, Roles, ClusterRoles and bindings (default values), applied."""
     return install_identity(release_namespace, manifests())
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Start the slow tests first (stable otherwise). Collected last, a test of a minute or
+    more ends the run alone on one process while the other idles; first, the other process
+    works through the short ones meanwhile (with --dist worksteal it takes them over)."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

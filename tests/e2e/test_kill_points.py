@@ -65,6 +65,7 @@ async def kill_bed(
         partition.cleanup()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", list(Kind), ids=lambda kind: kind.value)
 async def test_a_worker_killed_at_any_step_loses_and_duplicates_nothing(
     kill_bed: KillBed, kind: Kind

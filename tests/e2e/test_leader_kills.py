@@ -118,6 +118,7 @@ async def slurm_bridge_cli(stack: Stack, *args: str) -> tuple[str, str]:
     return out.decode(), err.decode()
 
 
+@pytest.mark.slow
 @ON_REAL_KUBE
 async def test_three_worker_processes_survive_killing_the_leader_twice(
     make_stack: StackFactory, tmp_path: Path

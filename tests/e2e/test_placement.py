@@ -252,6 +252,7 @@ async def test_worker_restart_while_waiting_keeps_exactly_one_job(make_stack: St
     await stack.wait_pod("first", finished_cleanly)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("limit_minutes", [1])
 async def test_time_limit_removes_the_pod(make_stack: StackFactory, limit_minutes: int) -> None:
     stack = await make_stack(nodes=1)

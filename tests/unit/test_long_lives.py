@@ -1,6 +1,6 @@
 """A placement lives as long as its pods, with bounded history and cost.
 
-Time skipping (Temporal's, on the real dev server) runs a simulated month of a
+Time skipping (Temporal's, on the real dev server) runs ten simulated days of a
 bound pod in seconds: the safety re-check backs off, the workflow continues-as-new
 with its state before its history grows large, and the pods' end still releases
 the job. The activities are stand-ins: this is about the workflow's own clockwork.
@@ -11,6 +11,7 @@ import uuid
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from temporalio import activity
 from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError
@@ -78,14 +79,9 @@ async def query_when_ready(handle: WorkflowHandle[Any, PlacementState]) -> Place
     return await until(answered, "the new run's first workflow task", 30, 0.2)
 
 
-DAYS = 30
-
-
-async def test_a_pod_bound_for_a_month_keeps_a_bounded_history(temporal_client: Client) -> None:
-    task_queue = f"long-lives-{uuid.uuid4().hex[:8]}"
-    stand_ins = StandIns()
-    skipper = TimeSkipper(temporal_client, config=TimeSkippingConfig(enabled=False))
-    limit = 300  # events per run before continue-as-new (2,000 by default; lower here to see it happen)
+def notebook(limit: int) -> tuple[PlacementRequest, str]:
+    """A placement of the one pod with this history limit (2,000 by default; lower to see it act),
+    and a fresh workflow id for it."""
     request = PlacementRequest(
         group="team-a/notebook",
         namespace="team-a",
@@ -94,20 +90,38 @@ async def test_a_pod_bound_for_a_month_keeps_a_bounded_history(temporal_client: 
         events=[PodEvent(pod=POD)],
         history_events_limit=limit,
     )
-    workflow_id = f"placement/test/team-a/notebook/{uuid.uuid4()}"
-    async with Worker(
-        temporal_client,
-        task_queue=task_queue,
+    return request, f"placement/test/team-a/notebook/{uuid.uuid4()}"
+
+
+def worker(client: Client, stand_ins: StandIns) -> Worker:
+    """A worker of the placement on these stand-ins, on a queue of its own, sandboxed: the guard
+    production skips."""
+    return Worker(
+        client,
+        task_queue=f"long-lives-{uuid.uuid4().hex[:8]}",
         workflows=[PlacementWorkflow],
-        unsandboxed_workflow_runner=SandboxedWorkflowRunner(),  # the guard production skips
+        unsandboxed_workflow_runner=SandboxedWorkflowRunner(),
         activities=[stand_ins.prepare_and_submit, stand_ins.bind, stand_ins.check_job, stand_ins.release],
-    ):
+    )
+
+
+DAYS = 10
+
+
+@pytest.mark.slow
+async def test_a_pod_bound_for_days_keeps_a_bounded_history(temporal_client: Client) -> None:
+    stand_ins = StandIns()
+    skipper = TimeSkipper(temporal_client, config=TimeSkippingConfig(enabled=False))
+    limit = 150  # events per run before continue-as-new
+    request, workflow_id = notebook(limit)
+    async with worker(temporal_client, stand_ins) as running:
+        task_queue = running.task_queue
         handle = await skipper.client.start_workflow(
             PlacementWorkflow.run, request, id=workflow_id, task_queue=task_queue
         )
         # The default re-check: every 10 minutes at first, backing off to every 6 hours while
-        # nothing changes, so a bound pod costs a few actions a day. A month is ~120 re-checks
-        # of ~11 events: four continue-as-new at this limit (90 days took 2 min of test time
+        # nothing changes, so a bound pod costs a few actions a day. Ten days are ~46 re-checks
+        # of ~11 events: three continue-as-new at this limit (90 days took 2 min of test time
         # and proved nothing more).
         await skipper.fast_forward(handle, timedelta(days=DAYS))
 
@@ -169,25 +183,11 @@ async def test_a_placement_no_node_fits_for_long_continues_as_new_and_binds_late
     # Each node change wakes an unschedulable placement to look again: its history grows with
     # the cluster's churn, so it must continue as new before it is submitted too. It failed
     # ("no Slurm job") at its first continue-as-new, and its pods were released unplaced.
-    task_queue = f"long-lives-{uuid.uuid4().hex[:8]}"
     stand_ins = NoNodeFits()
     limit = 40
-    request = PlacementRequest(
-        group="team-a/notebook",
-        namespace="team-a",
-        pods=[POD],
-        installation="test",
-        events=[PodEvent(pod=POD)],
-        history_events_limit=limit,
-    )
-    workflow_id = f"placement/test/team-a/notebook/{uuid.uuid4()}"
-    async with Worker(
-        temporal_client,
-        task_queue=task_queue,
-        workflows=[PlacementWorkflow],
-        unsandboxed_workflow_runner=SandboxedWorkflowRunner(),
-        activities=[stand_ins.prepare_and_submit, stand_ins.bind, stand_ins.check_job, stand_ins.release],
-    ):
+    request, workflow_id = notebook(limit)
+    async with worker(temporal_client, stand_ins) as running:
+        task_queue = running.task_queue
         await temporal_client.start_workflow(
             PlacementWorkflow.run, request, id=workflow_id, task_queue=task_queue
         )

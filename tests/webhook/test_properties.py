@@ -20,6 +20,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -95,6 +96,7 @@ def owned_values(obj: Json) -> tuple[object, object]:
     return _mapping(meta.get("labels")).get(JOBID), _mapping(meta.get("annotations")).get(NODE)
 
 
+@pytest.mark.slow
 @examples("pipeline")
 @given(obj=pods(), user=users)
 def test_created_pods_mutate_then_validate(admission: Admission, obj: Json, user: str) -> None:
@@ -205,6 +207,7 @@ def test_pod_updates(admission: Admission, change: tuple[Json, Json, str | None]
         assert not introduced, f"an update introduced {introduced}"
 
 
+@pytest.mark.slow
 @examples("annotations")
 @given(annotations=annotation_sets(), scheduler=st.sampled_from([SCHEDULER, "default-scheduler"]))
 def test_annotation_sets_match_the_translation_exactly(
