@@ -559,7 +559,9 @@ def unserved_requests(namespace: str) -> list[tuple[str, str, dict[str, str]]]:
         asked += [
             ("GET", path(pod_group, "x"), {}),
             ("GET", path(pod_group), {}),
-            ("GET", path(pod_group), {"watch": "true"}),
+            # Bounded: where an e2e test of this session installed the stand-in CRD, the group is
+            # served and the watch streams; the server ends it after timeoutSeconds.
+            ("GET", path(pod_group), {"watch": "true", "timeoutSeconds": "1"}),
         ]
     for api in BUILTIN_SCHEDULING_APIS:
         asked += [("GET", path(api.workload, "x"), {}), ("PATCH", path(api.pod_group, "x", "status"), {})]
