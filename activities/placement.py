@@ -188,6 +188,7 @@ class PlacementActivities:
             job_id=submitted.job_id,
             partition=job.partition,
             created=submitted.created,
+            components=len(job.components) or 1,
             job=read,
             annotations={pod["metadata"]["uid"]: job_annotations(pod) for pod in pods},
         )

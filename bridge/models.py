@@ -314,6 +314,8 @@ class PlacementState(BaseModel):
     pods: list[str] = Field(default_factory=list)  # members, "ns/name"
     phase: Phase = "Translating"
     job_id: int | None = None
+    # A heterogeneous job's Slurm job ids, leader first (its components: job_id + offset); [] else.
+    job_components: list[int] = Field(default_factory=list)
     job_state: str = ""
     pending_reason: str = ""
     nodes: list[str] = Field(default_factory=list)  # Slurm node names, as allocated
@@ -344,6 +346,7 @@ class Prepared(Frozen):
     job_id: int = 0
     partition: str = ""
     created: bool = True  # False: an existing job of this placement was adopted
+    components: int = 1  # a heterogeneous job's components
     job: JobEvent | None = None  # the job as read right after submission
     annotations: dict[str, str] = Field(default_factory=dict)  # uid → job annotations translated
     detail: str = ""  # why nothing was submitted

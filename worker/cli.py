@@ -338,6 +338,7 @@ def status(
         ("phase", "phase"),
         ("workflow", "workflow_status"),
         ("Slurm job", "job_id"),
+        ("job components", "job_components"),
         ("job state", "job_state"),
         ("pending reason", "pending_reason"),
         ("waiting for Slurm", "slurm_unavailable"),
@@ -349,7 +350,8 @@ def status(
     ):
         value = report.get(key)
         if value not in (None, "", []):
-            table.add_row(f"[bold]{label}[/]", ", ".join(value) if isinstance(value, list) else str(value))
+            shown = ", ".join(str(v) for v in value) if isinstance(value, list) else str(value)
+            table.add_row(f"[bold]{label}[/]", shown)
     console.print(table)
     _print_leadership(leadership)
     done()

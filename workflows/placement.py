@@ -281,6 +281,8 @@ class PlacementWorkflow(GroupMembers):
         self.members = {p.uid: p for p in prepared.pods}
         self.state.pods = [p.key for p in prepared.pods]
         self.state.job_id = prepared.job_id
+        if prepared.components > 1:  # query state only: no command depends on it
+            self.state.job_components = [prepared.job_id + i for i in range(prepared.components)]
         self.translated_annotations = dict(prepared.annotations)
         if prepared.job is not None:
             self._note_job(prepared.job)

@@ -206,6 +206,9 @@ async def test_a_mixed_gpu_and_cpu_pod_group_holds_exactly_the_gpus_its_gpu_pods
     assert asked(gpu_part) == (2, 1, 1024, "gres/gpu=2")
     assert asked(cpu_part) == (2, 2, 512, "")  # no GPU asked for the CPU-only pods
     assert each_on_its_component(stack, [gpu_part, cpu_part]) == names
+    # What `slurm-bridge status` shows: the job's components, leader first.
+    state = await placement(stack, group).query(PlacementWorkflow.current_state)
+    assert (state.job_id, state.job_components) == (job_id, [job_id, cpu_part["job_id"]])
     assert sorted(bound(placed[n]) or "" for n in ("gpu-0", "gpu-1")) == gpu_nodes
     assert sorted(bound(placed[n]) or "" for n in ("io-0", "io-1")) == cpu_nodes
     # Reserved = asked: 4 GPUs for the two 2-GPU pods, none for the others; memory as each asks.
