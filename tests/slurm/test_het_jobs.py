@@ -10,7 +10,6 @@ every component in offset order, `GET /job/{component}` that component alone;
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 from collections.abc import Callable
 from typing import Any
@@ -156,9 +155,21 @@ async def test_a_het_job_pends_as_a_whole_while_one_component_cannot_start(
     )
 
     await wait_for_state(slurm_client, leader, lambda states: "PENDING" in states, "PENDING")
-    # Time passing is what is tested (nothing to wait for): two scheduler passes (sched_interval=1),
-    # and still not started.
-    await asyncio.sleep(2)
+
+    async def evaluated() -> int:
+        [leader_info, *_] = await slurm_client.get_job_components(leader)
+        stamp = leader_info.last_sched_evaluation
+        return stamp.number if stamp is not None and stamp.number else 0
+
+    # Still not started after the scheduler has looked at it twice more (its evaluation stamp
+    # moved on twice): not a moment too soon to tell.
+    for _ in range(2):
+        before = await evaluated()
+
+        async def passed(before: int = before) -> bool:
+            return await evaluated() > before
+
+        await waiting.until(passed, "a scheduler pass over the pending het job", timeout=15, interval=0.2)
     assert await slurm_client.job_states([leader, leader + 1]) == {leader: ["PENDING"]}
     components = await slurm_client.get_job_components(leader)
     assert [job.job_state for job in components] == [["PENDING"], ["PENDING"]]

@@ -5,6 +5,7 @@ in production (same SSLContext wiring, same app); tests talk to it only
 through HTTPS with AdmissionReview JSON.
 """
 
+import asyncio
 import http.client
 import json
 import ssl
@@ -22,9 +23,10 @@ import uvicorn
 from testbed.waiting import wait_until
 from tests.webhook.reviews import BRIDGE_USER, MANAGED_NS, SCHEDULER, Json, response_of
 from webhook.app import Webhook, create_app
-from webhook.command import uvicorn_config
+from webhook.command import build_server, uvicorn_config
 from webhook.namespaces import StaticNamespaces
 from webhook.policy import AdmissionPolicy
+from webhook.settings import WebhookSettings
 from webhook.tls import ReloadingCertificate
 
 
@@ -61,6 +63,30 @@ def run_in_thread(server: uvicorn.Server) -> threading.Thread:
 
     wait_until(started, "the webhook under test to start", timeout=15)
     return thread
+
+
+def serve_command(settings: WebhookSettings) -> RunningServer:
+    """`slurm-bridge webhook` as its command builds it (its caches on the server's own event
+    loop), in a daemon thread; return once it accepts connections."""
+    built: list[uvicorn.Server] = []
+
+    def serve() -> None:
+        async def main() -> None:
+            built.append(await build_server(settings))
+            await built[0].serve()
+
+        asyncio.run(main())
+
+    thread = threading.Thread(target=serve, name="webhook-command-under-test", daemon=True)
+    thread.start()
+
+    def started() -> bool:  # another thread's server: polled
+        if not thread.is_alive():
+            raise RuntimeError("the webhook command under test stopped while starting")
+        return bool(built and built[0].started)
+
+    wait_until(started, "the webhook command under test to start", timeout=15)
+    return RunningServer(built[0], thread)
 
 
 def start_webhook(webhook: Webhook, certificate: ReloadingCertificate) -> RunningServer:

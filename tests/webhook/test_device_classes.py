@@ -8,14 +8,12 @@ at binding (tests/e2e/test_dra.py shows that path).
 
 import asyncio
 import socket
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trustme
-import uvicorn
 
 from bridge.dra import RESOURCE_GROUP
 from clients.kube_client import KubeClient
@@ -24,7 +22,7 @@ from testbed.waiting import wait_until
 from tests.deploy.chart import manifests, one
 from tests.deploy.test_rbac import granted
 from tests.e2e.test_rbac_in_use import authorized_as
-from tests.webhook.conftest import CertFiles, RunningServer, client_for
+from tests.webhook.conftest import CertFiles, RunningServer, client_for, serve_command
 from tests.webhook.reviews import DRA, JOB, MANAGED_NS, Json, container, pod, response_of, review
 from webhook.command import build_server
 from webhook.device_classes import DeviceClassCache
@@ -121,19 +119,7 @@ def start_webhook(
             managed_namespaces=MANAGED_NS,
             **given,
         )
-        built: list[uvicorn.Server] = []
-
-        def serve() -> None:
-            async def main() -> None:
-                built.append(await build_server(settings))
-                await built[0].serve()
-
-            asyncio.run(main())
-
-        thread = threading.Thread(target=serve, daemon=True)
-        thread.start()
-        wait_until(lambda: built and built[0].started, "the webhook's start")  # another thread's server
-        webhook = Webhook(RunningServer(built[0], thread), ca)
+        webhook = Webhook(serve_command(settings), ca)
         started.append(webhook)
         return webhook
 

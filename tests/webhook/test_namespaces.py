@@ -7,22 +7,19 @@ serves decisions from the cache over HTTPS.
 
 import asyncio
 import socket
-import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trustme
-import uvicorn
 
 from bridge.labels import parse_selector
 from clients.kube_client import KubeClient
 from testbed.kube_fake import FakeKubeServer
 from testbed.waiting import wait_until
-from tests.webhook.conftest import CertFiles, RunningServer, client_for
+from tests.webhook.conftest import CertFiles, RunningServer, client_for, serve_command
 from tests.webhook.reviews import SCHEDULER, pod, response_of, review
-from webhook.command import build_server
 from webhook.namespaces import NamespaceLabelCache, SelectedNamespaces
 from webhook.settings import load_settings
 
@@ -167,24 +164,7 @@ def command_server(kube: FakeKubeServer, cert_files: CertFiles, tmp_path: Path) 
         managed_namespaces="web",  # ignored: the selector wins
         kubeconfig=str(kube.kubeconfig(tmp_path / "kubeconfig")),
     )
-    built: list[uvicorn.Server] = []
-
-    def serve() -> None:
-        async def main() -> None:
-            built.append(await build_server(settings))
-            await built[0].serve()
-
-        asyncio.run(main())
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-
-    def started() -> bool:  # another thread's server: polled
-        assert thread.is_alive(), "the webhook stopped while starting"
-        return bool(built and built[0].started)
-
-    wait_until(started, "the webhook's start")
-    running = RunningServer(built[0], thread)
+    running = serve_command(settings)
     yield running
     running.stop()
 
