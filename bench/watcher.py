@@ -1,0 +1,259 @@
+"""The job watcher at a site's size: one watcher following 100, 1,000 and 10,000 live bridge jobs.
+
+    python -m bench.watcher [--live 100,1000,10000] [--foreign 20000] [--seconds 20] [--json FILE]
+
+The job watcher (worker/job_watcher.py) is the one loop whose Slurm cost grows with the bridge's
+own jobs: each pass asks Slurm about the jobs it follows. This runs the watcher itself against
+the real Slurm bed, with `--foreign` held jobs of another user in Slurm (a shared cluster's
+queue) and the largest `--live` count of held external jobs carrying a placement's comment (the
+bridge's pending jobs: held, so none starts, which is the watcher's most expensive steady state,
+as a pending job is probed on every pass). Temporal is a stub: the signals are counted, not sent.
+
+For each count of followed jobs, after the watcher has read every job once (what a leader's
+restart costs, printed too), for `--seconds`:
+- passes per second and a pass's mean and p99 time;
+- Slurm requests per pass, their query-string characters and answer bytes;
+- slurmctld's and slurmrestd's CPU per second, with what they spend idle (measured first, for
+  the same time, with no watcher) subtracted; and the watcher's own CPU per second.
+
+Figures are printed, never asserted. Every job it submitted is cancelled at the end.
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, cast
+
+import httpx
+from temporalio.client import Client
+
+from bench.placement.environment import connect_slurm, say
+from bench.probes import CountingTransport, cpu_seconds, percentile, pids_by_comm
+from clients.slurm_client import SlurmClient
+from testbed.slurm_bed import SlurmTestBed
+from worker.job_registry import LiveJobs
+from worker.job_watcher import JobWatcher
+
+INSTALLATION = "bench-watcher"
+PLACEMENT = f"placement/{INSTALLATION}/bench/pods@1"
+BRIDGE_JOB_NAME = "bench-watcher-live"
+FOREIGN_JOB_NAME = "bench-watcher-foreign"
+
+
+class _Signals:
+    """Temporal as the watcher sees it: `get_workflow_handle(id).signal(...)`, counted."""
+
+    def __init__(self) -> None:
+        self.sent = 0
+
+    def get_workflow_handle(self, workflow_id: str) -> "_Signals":
+        return self
+
+    async def signal(self, *args: Any) -> None:
+        self.sent += 1
+
+
+class _QueryCounting(CountingTransport):
+    """Also counts the characters of every request's query string."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.query_chars = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.query_chars += len(request.url.query)
+        return await super().handle_async_request(request)
+
+
+class _TimedWatcher(JobWatcher):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.pass_seconds: list[float] = []
+
+    async def poll(self) -> None:
+        started = time.perf_counter()
+        await super().poll()
+        self.pass_seconds.append(time.perf_counter() - started)
+
+
+@dataclass
+class Level:
+    followed: int
+    first_read_seconds: float  # until every followed job was read once (a leader's restart)
+    passes_per_second: float
+    pass_mean_ms: float
+    pass_p99_ms: float
+    requests_per_pass: dict[str, float]
+    query_chars_per_pass: float
+    answer_bytes_per_pass: float
+    slurmctld_cpu_per_second: float | None  # idle cost subtracted
+    slurmrestd_cpu_per_second: float | None  # idle cost subtracted
+    watcher_cpu_per_second: float
+
+
+class SlurmCpu:
+    def __init__(self, bed: SlurmTestBed) -> None:
+        chroot = bed.jwt_file.parent / "root"
+        self.slurmctld = next(iter(pids_by_comm("slurmctld", chroot)), None)
+        self.slurmrestd = next(iter(pids_by_comm("slurmrestd", chroot)), None)
+
+    def sample(self) -> tuple[float | None, float | None]:
+        return cpu_seconds(self.slurmctld), cpu_seconds(self.slurmrestd)
+
+
+def _delta(after: float | None, before: float | None) -> float | None:
+    return None if after is None or before is None else after - before
+
+
+async def idle_cost(cpu: SlurmCpu, seconds: float) -> tuple[float | None, float | None]:
+    """slurmctld's and slurmrestd's CPU per second with nobody asking them anything."""
+    before = cpu.sample()
+    await asyncio.sleep(seconds)
+    after = cpu.sample()
+    ctld, restd = (_delta(a, b) for a, b in zip(after, before, strict=True))
+    return (None if ctld is None else ctld / seconds, None if restd is None else restd / seconds)
+
+
+async def measure(
+    bed: SlurmTestBed,
+    job_ids: Sequence[int],
+    seconds: float,
+    interval: float,
+    idle: tuple[float | None, float | None],
+) -> Level:
+    cpu = SlurmCpu(bed)
+    transport = _QueryCounting()
+    slurm = SlurmClient(bed.rest_url, user_name=bed.user_name, token_file=bed.jwt_file, transport=transport)
+    jobs = LiveJobs()
+    for job_id in job_ids:
+        jobs.track(job_id, PLACEMENT)
+    ready = asyncio.Event()
+    ready.set()
+    watcher = _TimedWatcher(
+        slurm,
+        cast(Client, _Signals()),
+        jobs,
+        installation=INSTALLATION,
+        ready=ready,
+        interval=interval,
+    )
+    started = time.monotonic()
+    loop = asyncio.create_task(watcher.run(), name="job watcher")
+    try:
+        while watcher.job_gets < len(job_ids):
+            if loop.done():
+                loop.result()
+            await asyncio.sleep(0.1)
+        first_read = time.monotonic() - started
+        await asyncio.sleep(2 * interval)  # the pass that read them is over
+        passes = len(watcher.pass_seconds)
+        transport.stats.reset()
+        transport.query_chars = 0
+        cpu_before, mine_before, at = cpu.sample(), cpu_seconds(os.getpid()) or 0.0, time.monotonic()
+        await asyncio.sleep(seconds)
+        cpu_after, mine_after, wall = cpu.sample(), cpu_seconds(os.getpid()) or 0.0, time.monotonic() - at
+        timed = watcher.pass_seconds[passes:]
+        stats = transport.stats.snapshot()
+        query_chars = transport.query_chars
+    finally:
+        loop.cancel()
+        await asyncio.gather(loop, return_exceptions=True)
+        await watcher.close()
+        await slurm.close()
+    count = max(len(timed), 1)
+
+    def per_second(after: float | None, before: float | None, idle_rate: float | None) -> float | None:
+        spent = _delta(after, before)
+        return None if spent is None or idle_rate is None else spent / wall - idle_rate
+
+    return Level(
+        followed=len(job_ids),
+        first_read_seconds=round(first_read, 2),
+        passes_per_second=round(len(timed) / wall, 2),
+        pass_mean_ms=round(1000 * sum(timed) / count, 2),
+        pass_p99_ms=round(1000 * (percentile(timed, 99) or 0.0), 2),
+        requests_per_pass={op: round(n / count, 2) for op, n in sorted(stats.count.items())},
+        query_chars_per_pass=round(query_chars / count),
+        answer_bytes_per_pass=round(sum(stats.bytes_in.values()) / count),
+        slurmctld_cpu_per_second=_round(per_second(cpu_after[0], cpu_before[0], idle[0])),
+        slurmrestd_cpu_per_second=_round(per_second(cpu_after[1], cpu_before[1], idle[1])),
+        watcher_cpu_per_second=round((mine_after - mine_before) / wall, 4),
+    )
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+def print_levels(levels: Sequence[Level], foreign: int) -> None:
+    def row(label: str, values: Sequence[object]) -> None:
+        print(f"| {label} | " + " | ".join(str(value) for value in values) + " |")
+
+    print(f"\nJob watcher, all followed jobs pending; {foreign:,} foreign jobs in Slurm\n")
+    row("followed jobs", [f"{level.followed:,}" for level in levels])
+    print("|---|" + "---|" * len(levels))
+    row("first read of every job, s", [level.first_read_seconds for level in levels])
+    row("passes/s", [level.passes_per_second for level in levels])
+    row("pass mean / p99, ms", [f"{level.pass_mean_ms} / {level.pass_p99_ms}" for level in levels])
+    operations = sorted({op for level in levels for op in level.requests_per_pass})
+    for op in operations:
+        row(f"{op} per pass", [level.requests_per_pass.get(op, 0) for level in levels])
+    row("query characters per pass", [f"{level.query_chars_per_pass:,}" for level in levels])
+    row("answer bytes per pass", [f"{level.answer_bytes_per_pass:,}" for level in levels])
+    row("slurmctld CPU s/s (idle subtracted)", [level.slurmctld_cpu_per_second for level in levels])
+    row("slurmrestd CPU s/s (idle subtracted)", [level.slurmrestd_cpu_per_second for level in levels])
+    row("watcher CPU s/s", [level.watcher_cpu_per_second for level in levels])
+
+
+async def amain(options: argparse.Namespace) -> list[Level]:
+    bed = await asyncio.to_thread(connect_slurm)
+    counts = sorted({int(count) for count in options.live.split(",")})
+    foreign: list[int] = []
+    live: list[int] = []
+    try:
+        if options.foreign:
+            say(f"submitting {options.foreign:,} held foreign jobs")
+            foreign = await asyncio.to_thread(bed.submit_foreign_jobs, options.foreign, name=FOREIGN_JOB_NAME)
+        say(f"submitting {counts[-1]:,} held jobs with a placement's comment")
+        live = await asyncio.to_thread(
+            bed.submit_foreign_jobs, counts[-1], name=BRIDGE_JOB_NAME, comment=PLACEMENT
+        )
+        cpu = SlurmCpu(bed)
+        say(f"Slurm's idle cost over {options.seconds:g} s")
+        idle = await idle_cost(cpu, options.seconds)
+        levels = []
+        for count in counts:
+            say(f"following {count:,} jobs")
+            levels.append(await measure(bed, live[:count], options.seconds, options.interval, idle))
+        return levels
+    finally:
+        say("cancelling the jobs submitted")
+        await asyncio.to_thread(bed.cancel_foreign_jobs, name=BRIDGE_JOB_NAME)
+        if foreign:
+            await asyncio.to_thread(bed.cancel_foreign_jobs, name=FOREIGN_JOB_NAME)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.watcher", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--live", default="100,1000,10000", help="followed jobs, comma-separated")
+    parser.add_argument("--foreign", type=int, default=20_000, help="held jobs of another user in Slurm")
+    parser.add_argument("--seconds", type=float, default=20.0, help="measured steady state per count")
+    parser.add_argument("--interval", type=float, default=0.25, help="the watcher's JOB_WATCH_INTERVAL")
+    parser.add_argument("--json", help="also write the figures here")
+    options = parser.parse_args(argv)
+    levels = asyncio.run(amain(options))
+    print_levels(levels, options.foreign)
+    if options.json:
+        with open(options.json, "w") as out:
+            figures = {"foreign": options.foreign, "levels": [asdict(level) for level in levels]}
+            json.dump(figures, out, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
