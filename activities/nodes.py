@@ -326,7 +326,8 @@ class NodeActivities:
                 rest = [name for name in excluded if name != slurm_node]
                 # An empty list counts as unnamed in an update: [""] is what clears it.
                 await self.slurm.update_job(
-                    int(job.job_id or job_id), JobDescMsg(excluded_nodes=rest or [""])
+                    int(job.job_id or job_id),
+                    JobDescMsg(excluded_nodes=[hostlist.compress(rest)] if rest else [""]),
                 )
 
     # -- Kubernetes: events ----------------------------------------------------

@@ -222,7 +222,9 @@ class PlacementActivities:
             unknown_node = isinstance(rejected, SlurmRejected) and INVALID_NODE_NAME in rejected.error_numbers
             if not (unknown_node and job.excluded_nodes):
                 raise
-        known = [name for name in job.excluded_nodes if await self.slurm.slurm.get_node(name) is not None]
+        # One listing of Slurm's nodes, not a read per excluded name (999 for a pinned pod).
+        in_slurm = await SlurmNodeNames(self.slurm.slurm).names()
+        known = [name for name in job.excluded_nodes if name in in_slurm]
         log.info("excluded nodes unknown to Slurm dropped: %s", sorted(set(job.excluded_nodes) - set(known)))
         job = job.model_copy(update={"excluded_nodes": known or None})
         return await self.slurm.submit_once(job, placement_id, since=since, recovery=recovery)

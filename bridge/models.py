@@ -12,6 +12,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from bridge import hostlist
+
 
 class Frozen(BaseModel):
     model_config = ConfigDict(frozen=True)
@@ -82,7 +84,13 @@ class JobDescription(BaseModel):
         """One job_desc_msg: this job's, or for a heterogeneous job the first component's."""
         if self.components:
             return self.components[0].to_slurm()
-        return self.model_dump(exclude_none=True, exclude={"components"})
+        body = self.model_dump(exclude_none=True, exclude={"components"})
+        if self.excluded_nodes:
+            # One hostlist expression, as Slurm writes them (`k8s-[001-312,314-999]`): a pod
+            # pinned to one of 1,000 numbered nodes sends two ranges, not 999 names. Slurm
+            # takes it as given and honours it (checked on slurmctld 26.05, submit and update).
+            body["excluded_nodes"] = [hostlist.compress(self.excluded_nodes)]
+        return body
 
     def submission(self) -> dict[str, object]:
         """The body of `POST /job/submit`: `{"job": ...}`, or `{"jobs": [...]}` for components."""

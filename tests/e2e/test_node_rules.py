@@ -41,7 +41,8 @@ async def submitted_job(stack: Stack, pod: Pod) -> dict[str, Any]:
 
 
 def excluded(job: dict[str, Any]) -> str:
-    return str(job.get("excluded_nodes") or "")
+    """The job's excluded nodes as Slurm has them, one name after the other (the bridge sends ranges)."""
+    return ",".join(hostlist.expand(str(job.get("excluded_nodes") or "")))
 
 
 async def change_node(stack: Stack, bridge: Bridge, name: str, change: Callable[[Pod], None]) -> None:
@@ -346,6 +347,8 @@ async def test_a_pending_job_that_no_node_fits_any_more_says_why_and_stays_off_e
     pod = await stack.wait_pod(
         "waiting", lambda p: (scheduled_condition(p) or {}).get("reason") == "SlurmJobPending", timeout=30
     )
+    # Sent as one range (node names end in 1 and 2), and Slurm holds it as sent.
+    assert job["excluded_nodes"] == hostlist.compress([first, second])
     assert excluded(await submitted_job(stack, pod)) == second
     holder = "h1" if bound(stack.pod("h1")) == first else "h2"
     stack.kube.set_pod_phase(stack.namespace, holder, "Succeeded")

@@ -130,10 +130,20 @@ def test_annotations_override_derived_values() -> None:
 
 
 def test_excluded_nodes_never_required_nodes() -> None:
-    job = build_pod_job(pod([container()]), defaults=Defaults(), excluded_nodes=["n2", "n1"])
+    job = build_pod_job(pod([container()]), defaults=Defaults(), excluded_nodes=["n2", "n1", "gpu-a"])
     slurm = job.to_slurm()
-    assert slurm["excluded_nodes"] == ["n1", "n2"]
+    assert slurm["excluded_nodes"] == ["gpu-a,n[1-2]"]
     assert "required_nodes" not in slurm
+
+
+def test_a_pod_pinned_to_one_of_a_thousand_nodes_sends_two_ranges() -> None:
+    """Not 999 names: one hostlist expression, as slurmctld writes them (and takes them)."""
+    names = [f"k8s-node-{index:04d}" for index in range(1, 1001)]
+    others = [name for name in names if name != "k8s-node-0314"]
+    job = build_pod_job(pod([container()]), defaults=Defaults(), excluded_nodes=others)
+    assert job.excluded_nodes == others  # what the placement knows: every name
+    assert job.to_slurm()["excluded_nodes"] == ["k8s-node-[0001-0313,0315-1000]"]
+    assert job.submission() == {"job": job.to_slurm()}
 
 
 @pytest.mark.parametrize(
