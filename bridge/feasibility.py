@@ -43,6 +43,7 @@ A group's pods each take one node of the same job, so a node is feasible for
 the group only when it is feasible for every pod of it.
 """
 
+import json
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -237,6 +238,56 @@ def group_feasibility(
         else:
             infeasible.append(exclusion)
     return Feasibility(tuple(feasible), tuple(infeasible))
+
+
+def rules_key(pod: Pod) -> str:
+    """The part of a pod that `pod_exclusion` reads: pods with equal keys are kept off the same nodes."""
+    spec = as_mapping(pod.get("spec"))
+    rules = {
+        "nodeName": spec.get("nodeName"),
+        "nodeSelector": spec.get("nodeSelector"),
+        "nodeAffinity": as_mapping(spec.get("affinity")).get("nodeAffinity"),
+        "tolerations": spec.get("tolerations"),
+    }
+    return json.dumps(rules, sort_keys=True, separators=(",", ":"), default=str)
+
+
+class ExclusionsByRules:
+    """The Slurm nodes each group may not run on, over one set of nodes, each distinct set of
+    node rules checked against the nodes once.
+
+    A site's pending pods mostly share a few rule sets (one per workload template), so
+    re-checking 5,000 pending groups against 1,000 nodes after a node change costs a few
+    rule sets times 1,000 checks, not 5,000,000.
+    """
+
+    def __init__(
+        self, nodes: Sequence[Node], *, tolerated_by_bridge: Collection[str] = BRIDGE_TOLERATED_TAINTS
+    ) -> None:
+        self._nodes = nodes
+        self._tolerated = tolerated_by_bridge
+        self._by_rules: dict[str, frozenset[str]] = {}
+
+    def of_pod(self, pod: Pod) -> frozenset[str]:
+        key = rules_key(pod)
+        found = self._by_rules.get(key)
+        if found is None:
+            found = frozenset(
+                slurm_node_name(node)
+                for node in self._nodes
+                if pod_exclusion(pod, node, tolerated_by_bridge=self._tolerated) is not None
+            )
+            self._by_rules[key] = found
+        return found
+
+    def of_group(self, pods: Sequence[Pod]) -> frozenset[str]:
+        """A node is the group's only if it is every pod's: the union of the pods' exclusions."""
+        return frozenset().union(*(self.of_pod(pod) for pod in pods))
+
+    @property
+    def rule_sets(self) -> int:
+        """Distinct rule sets checked so far (each once against every node)."""
+        return len(self._by_rules)
 
 
 # The labels that make a Kubernetes node one of the bridge's (registered by node sync, or running slurmd).

@@ -6,8 +6,11 @@ after each burst of node changes (the node watcher coalesces them) this looks
 at the bridge's submitted-but-unbound pods, recomputes each job's exclusions
 with Kubernetes' rules and tells only the placements whose set changed
 (`nodes_changed`); the placement updates its job in an activity. So a node
-change costs one pod listing, one job read per pending job and a signal only
-where something is to be done. A node Kubernetes deleted stays excluded while
+change costs one pod listing and a signal only where something is to be done.
+Each distinct set of pod node rules is checked against the nodes once per pass
+(`ExclusionsByRules`), and a pending job is read from Slurm only when what its
+pods ask for differs from what Slurm had when the job was last read: a burst
+that concerns none of 5,000 pending jobs reads none of them. A node Kubernetes deleted stays excluded while
 Slurm still has it (`with_departed_nodes`: one node listing a pass when there is one);
 node sync lifts that exclusion once it has drained the node, before deleting it.
 """
@@ -21,7 +24,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities.node_source import SlurmNodeNames, list_bridge_nodes, unbound_bridge_pods, with_departed_nodes
 from bridge import hostlist
-from bridge.feasibility import excluded_slurm_nodes, group_feasibility
+from bridge.feasibility import ExclusionsByRules
 from bridge.models import installation_of, workflow_id_of
 from bridge.pod_events import claim_of, het_offset_label, job_id_label
 from clients.kube_client import Json, KubeClient
@@ -49,6 +52,12 @@ class ExclusionRefresher:
         self.installation = installation
         self.refreshes = 0  # passes finished: one per burst of node changes
         self.told = 0  # placements told that their job's exclusions changed
+        self.job_reads = 0  # pending jobs read from Slurm to compare their exclusions
+        self.rule_sets = 0  # distinct pod node-rule sets checked against the nodes, over all passes
+        # Pending job → the exclusions (per component) its pods asked for when Slurm was last
+        # read to have exactly those: while the pods and nodes still ask for the same, the job
+        # is not read again. A burst of node changes then reads only the jobs it concerns.
+        self._in_step: dict[int, tuple[frozenset[str], ...]] = {}
         self._finished = asyncio.Condition()
 
     async def refresh(self) -> int:
@@ -79,30 +88,41 @@ class ExclusionRefresher:
                 continue
             jobs[job_id].append(pod)
             claims[job_id] = claim
+        # Jobs no pod waits for any more are forgotten: memory follows the pending pods.
+        self._in_step = {job_id: wanted for job_id, wanted in self._in_step.items() if job_id in jobs}
+        rules = ExclusionsByRules(nodes)
         told = 0
         in_slurm = SlurmNodeNames(self.slurm)
         for job_id, pods in jobs.items():
+            # A heterogeneous job's component excludes what its own pods (by their offset label)
+            # may not run on; an ordinary job what any of its pods may not.
+            by_offset: dict[int, list[Json]] = {}
+            for pod in pods:
+                by_offset.setdefault(het_offset_label(pod) or 0, []).append(pod)
+            wanted = tuple(rules.of_group(by_offset[offset]) for offset in sorted(by_offset))
+            if self._in_step.get(job_id) == wanted:
+                continue  # Slurm had exactly these exclusions when last read: nothing to read
+            self.job_reads += 1
             try:
                 components = [c.model_dump(mode="json") for c in await self.slurm.get_job_components(job_id)]
             except SlurmNotFound:
                 continue
             if "PENDING" not in (components[0].get("job_state") or []):
                 continue  # allocated already: the exclusions no longer matter
-            # A heterogeneous job's component excludes what its own pods (by their offset label)
-            # may not run on; an ordinary job what any of its pods may not.
-            by_offset: dict[int, list[Json]] = {}
-            for pod in pods:
-                by_offset.setdefault(het_offset_label(pod) if len(components) > 1 else 0, []).append(pod)
+            if len(components) == 1:
+                wanted = (rules.of_group(pods),)
+                by_offset = {0: pods}
             changed = False
             for offset, job in enumerate(components):
                 current = set(hostlist.expand(job.get("excluded_nodes") or ""))
-                feasibility = group_feasibility(by_offset.get(offset, []), nodes)
-                excluded = await with_departed_nodes(
-                    in_slurm, excluded_slurm_nodes(feasibility), current, nodes
-                )
+                own = rules.of_group(by_offset.get(offset, []))
+                excluded = await with_departed_nodes(in_slurm, sorted(own) or None, current, nodes)
                 changed = changed or set(excluded or []) != current
             if not changed:
+                self._in_step[job_id] = wanted
                 continue
+            # Told, not yet in step: read again on the next pass, until the placement's update shows.
+            self._in_step.pop(job_id, None)
             try:
                 await self.temporal.get_workflow_handle(workflow_id_of(claims[job_id])).signal(
                     PlacementWorkflow.nodes_changed
@@ -112,5 +132,6 @@ class ExclusionRefresher:
                     raise
                 continue
             told += 1
+        self.rule_sets += rules.rule_sets
         self.told += told
         return told

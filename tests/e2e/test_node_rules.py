@@ -274,6 +274,13 @@ async def test_a_pending_jobs_exclusions_follow_node_changes(make_stack: StackFa
     assert updated == [job_id_of(pending["waiting"])]
     assert not [e for e in stack.events("tolerant") if e["reason"] == "SlurmJobUpdated"]
     assert excluded(await submitted_job(stack, pending["tolerant"])) == ""
+
+    # A node change that concerns no pending job reads none from Slurm: "tolerant" was read in
+    # the burst's pass and found in step, and its pod still asks for the same nodes.
+    reads, passes = refresher.job_reads, refresher.refreshes
+    await change_node(stack, bridge, first, lambda n: n["metadata"]["labels"].update(rack="c"))
+    await asyncio.wait_for(refresher.wait_for_passes(passes + 1), 30)
+    assert (refresher.job_reads - reads, refresher.told - told) == (0, 1)
     for name in ("h1", "h2", "waiting", "tolerant"):
         stack.kube.set_pod_phase(stack.namespace, name, "Succeeded")
         await stack.wait_pod(name, finished_cleanly)
@@ -340,6 +347,8 @@ async def test_a_pending_job_that_no_node_fits_any_more_says_why_and_stays_off_e
     job = await submitted_job(stack, pod)
     assert "PENDING" in job["job_state"]
     assert sorted(hostlist.expand(excluded(job))) == sorted([first, second])
+    # Sent as one range (node names end in 1 and 2), and Slurm holds it as sent.
+    assert job["excluded_nodes"] == hostlist.compress([first, second])
 
     # One node fits again: its exclusion is lifted, the stale reason goes, and the job starts
     # there once it is free.
@@ -347,8 +356,6 @@ async def test_a_pending_job_that_no_node_fits_any_more_says_why_and_stays_off_e
     pod = await stack.wait_pod(
         "waiting", lambda p: (scheduled_condition(p) or {}).get("reason") == "SlurmJobPending", timeout=30
     )
-    # Sent as one range (node names end in 1 and 2), and Slurm holds it as sent.
-    assert job["excluded_nodes"] == hostlist.compress([first, second])
     assert excluded(await submitted_job(stack, pod)) == second
     holder = "h1" if bound(stack.pod("h1")) == first else "h2"
     stack.kube.set_pod_phase(stack.namespace, holder, "Succeeded")

@@ -7,6 +7,7 @@ import pytest
 from bridge import keys
 from bridge.feasibility import (
     BRIDGE_TOLERATED_TAINTS,
+    ExclusionsByRules,
     Feasibility,
     Rule,
     excluded_slurm_nodes,
@@ -448,6 +449,32 @@ def test_excluded_slurm_nodes_use_the_slurm_name_label() -> None:
     assert [e.slurm_node for e in result.infeasible] == ["hpc-1", "k8s-2"]
     assert excluded_slurm_nodes(result) == ["hpc-1", "k8s-2"]
     assert excluded_slurm_nodes(check([pod()], [node("k8s-3")])) is None
+
+
+def test_exclusions_by_rules_match_the_groups_feasibility_and_check_each_rule_set_once() -> None:
+    nodes = [
+        node("za", {"zone": "a"}),
+        node("za-gpu", {"zone": "a"}, taints=[GPU_TAINT]),
+        node("zb", {"zone": "b", keys.LABEL_SLURM_NODE_NAME: "hpc-zb"}),
+        node("zc", {"zone": "c"}, unschedulable=True),
+        node("zd", {"zone": "d"}, ready="False"),
+    ]
+    gpu = [{"key": "gpu", "operator": "Exists"}]
+    groups = [
+        [pod("a", nodeSelector={"zone": "a"})],
+        [pod("b", tolerations=gpu), pod("c", tolerations=gpu)],  # one rule set, two pods
+        [pod("d", nodeSelector={"zone": "a"}), pod("e", tolerations=gpu)],
+        [pod("f", nodeName="zb")],
+        [pod("g", affinity=affinity(term(expr("zone", "In", "b", "c"))))],
+        [pod("h")],
+        [],
+    ]
+    rules = ExclusionsByRules(nodes)
+    for group in groups:
+        expected = excluded_slurm_nodes(check(group, nodes))
+        assert sorted(rules.of_group(group)) == (expected or [])
+    # a and d, b and c and e, f, g, h: five distinct rule sets among eight pods.
+    assert rules.rule_sets == 5
 
 
 def test_malformed_objects_do_not_raise() -> None:
