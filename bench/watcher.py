@@ -26,6 +26,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any, cast
 
@@ -34,8 +35,9 @@ from temporalio.client import Client
 
 from bench.placement.environment import connect_slurm, say
 from bench.probes import CountingTransport, cpu_seconds, percentile, pids_by_comm
+from bridge.models import admin_comment_for
 from clients.slurm_client import SlurmClient
-from testbed.slurm_bed import SlurmTestBed
+from testbed.slurm_bed import DEFAULT_PARTITION, SlurmBedError, SlurmTestBed
 from worker.job_registry import LiveJobs
 from worker.job_watcher import JobWatcher
 
@@ -210,6 +212,52 @@ def print_levels(levels: Sequence[Level], foreign: int) -> None:
     row("watcher CPU s/s", [level.watcher_cpu_per_second for level in levels])
 
 
+def submit_bridge_jobs(bed: SlurmTestBed, n: int, concurrency: int = 8) -> list[int]:
+    """`n` held external jobs as the bridge's user submits them: the placement's id as comment and
+    the pods in admin_comment (which only an operator may set), so the watcher follows them."""
+    body = {
+        "job": {
+            "name": BRIDGE_JOB_NAME,
+            "flags": ["EXTERNAL_JOB"],
+            "hold": True,
+            "nodes": "1",
+            "partition": DEFAULT_PARTITION,
+            "current_working_directory": "/tmp",
+            "comment": PLACEMENT,
+            "admin_comment": admin_comment_for(["bench/pods"]),
+        }
+    }
+    headers = {"X-SLURM-USER-NAME": bed.user_name, "X-SLURM-USER-TOKEN": bed.token()}
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    with (
+        httpx.Client(
+            base_url=f"{bed.rest_url}/slurm/v0.0.44", headers=headers, limits=limits, timeout=60
+        ) as client,
+        ThreadPoolExecutor(concurrency) as pool,
+    ):
+
+        def submit(_: int) -> int:
+            response = client.post("/job/submit", json=body)
+            if response.status_code != 200:
+                raise SlurmBedError(f"submitting a job: HTTP {response.status_code} {response.text[:300]}")
+            return int(response.json()["job_id"])
+
+        return list(pool.map(submit, range(n)))
+
+
+def cancel_bridge_jobs(bed: SlurmTestBed) -> None:
+    """One bulk cancel of this benchmark's own jobs (by name and the bridge's user)."""
+    headers = {"X-SLURM-USER-NAME": bed.user_name, "X-SLURM-USER-TOKEN": bed.token()}
+    request = {"job_name": BRIDGE_JOB_NAME, "user_name": bed.user_name}
+    response = httpx.request(
+        "DELETE", f"{bed.rest_url}/slurm/v0.0.44/jobs/", headers=headers, json=request, timeout=300
+    )
+    if response.status_code != 200:
+        raise SlurmBedError(
+            f"cancelling the benchmark's jobs: HTTP {response.status_code} {response.text[:300]}"
+        )
+
+
 async def amain(options: argparse.Namespace) -> list[Level]:
     bed = await asyncio.to_thread(connect_slurm)
     counts = sorted({int(count) for count in options.live.split(",")})
@@ -219,10 +267,8 @@ async def amain(options: argparse.Namespace) -> list[Level]:
         if options.foreign:
             say(f"submitting {options.foreign:,} held foreign jobs")
             foreign = await asyncio.to_thread(bed.submit_foreign_jobs, options.foreign, name=FOREIGN_JOB_NAME)
-        say(f"submitting {counts[-1]:,} held jobs with a placement's comment")
-        live = await asyncio.to_thread(
-            bed.submit_foreign_jobs, counts[-1], name=BRIDGE_JOB_NAME, comment=PLACEMENT
-        )
+        say(f"submitting {counts[-1]:,} held jobs as the bridge submits them")
+        live = await asyncio.to_thread(submit_bridge_jobs, bed, counts[-1])
         cpu = SlurmCpu(bed)
         say(f"Slurm's idle cost over {options.seconds:g} s")
         idle = await idle_cost(cpu, options.seconds)
@@ -233,7 +279,7 @@ async def amain(options: argparse.Namespace) -> list[Level]:
         return levels
     finally:
         say("cancelling the jobs submitted")
-        await asyncio.to_thread(bed.cancel_foreign_jobs, name=BRIDGE_JOB_NAME)
+        await asyncio.to_thread(cancel_bridge_jobs, bed)
         if foreign:
             await asyncio.to_thread(bed.cancel_foreign_jobs, name=FOREIGN_JOB_NAME)
 

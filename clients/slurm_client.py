@@ -354,6 +354,23 @@ class SlurmClient:
             states[leader] = _het_job_state(components)
         return states
 
+    async def jobs_started(self) -> int:
+        """How many jobs slurmctld started since its statistics were reset (`GET /diag/`, as `sdiag`).
+
+        Every job start goes through slurmctld's one start path, which counts it once the job
+        is RUNNING: while the count stays the same, no pending job started. The job watcher
+        asks this (one answer of constant size, whatever the number of jobs) before probing
+        thousands of pending jobs' states. The count restarts at midnight and with slurmctld:
+        any change, downwards too, is a change. (slurmctld's count of cancelled jobs is no
+        such signal: a cancel through slurmrestd leaves it unchanged, seen on 26.05.)
+        """
+        data = await self._call("GET", "/diag/")
+        stats = data.get("statistics")
+        started = stats.get("jobs_started") if isinstance(stats, dict) else None
+        if not isinstance(started, int) or isinstance(started, bool):
+            raise SlurmError("unexpected answer: no jobs_started in statistics", operation="GET /diag/")
+        return started
+
     async def cancel_job(self, job_id: int) -> None:
         """Cancel a job. A job that already ended counts as cancelled; an unknown one raises.
 

@@ -474,7 +474,6 @@ class SlurmTestBed:
         partition: str = DEFAULT_PARTITION,
         *,
         name: str = FOREIGN_JOB_NAME,
-        comment: str | None = None,
         concurrency: int = 8,
     ) -> list[int]:
         """Submit `n` held external jobs as the foreign user; their ids, in submission order.
@@ -482,8 +481,7 @@ class SlurmTestBed:
         Held jobs never start, so they take no node: they only make Slurm busy
         (its job list, every listing the bridge asks for). Keep-alive HTTP on
         `concurrency` connections: 500 to 800 jobs/s here. Remove them with
-        `cancel_foreign_jobs`: other sessions share this Slurm. `comment`: the jobs' comment
-        (a placement id makes them look like a bridge's jobs to its job watcher).
+        `cancel_foreign_jobs`: other sessions share this Slurm.
         """
         user = self.foreign_user
         body = {
@@ -494,7 +492,6 @@ class SlurmTestBed:
                 "nodes": "1",
                 "partition": partition,
                 "current_working_directory": "/tmp",
-                **({"comment": comment} if comment is not None else {}),
             }
         }
         headers = {"X-SLURM-USER-NAME": user.name, "X-SLURM-USER-TOKEN": user.token()}

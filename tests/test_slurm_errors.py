@@ -438,3 +438,27 @@ def test_repr_names_the_file_not_the_token(token_file: Path) -> None:
     client = SlurmClient("http://x", user_name="slurm", token_file=token_file)
     assert str(token_file) in repr(client)
     assert TOKEN not in repr(client)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"statistics": {"jobs_canceled": 3}},
+        {"statistics": {"jobs_started": "12"}},
+        {"statistics": {"jobs_started": True}},
+        {"statistics": None},
+        {},
+    ],
+)
+async def test_a_diag_answer_without_the_count_of_started_jobs_is_an_error_not_a_crash(
+    token_file: Path, body: dict[str, Any]
+) -> None:
+    async with client_for(answer(200, body), token_file) as client:
+        with pytest.raises(SlurmError, match="no jobs_started"):
+            await client.jobs_started()
+
+
+async def test_the_count_of_started_jobs_is_read_from_the_statistics(token_file: Path) -> None:
+    body = {"statistics": {"jobs_started": 12, "jobs_canceled": 3, "rpcs_by_message_type": []}}
+    async with client_for(answer(200, body), token_file) as client:
+        assert await client.jobs_started() == 12

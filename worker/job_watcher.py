@@ -3,9 +3,14 @@
 What it follows comes from Kubernetes, not from Slurm: `LiveJobs`, fed by the
 pod watcher from the pods' job-id label and placement annotation. Each interval:
 
-1. `GET /jobs/state/?job_id=A&job_id=B...` for those jobs only (chunks of up to
-   500 ids; ~80 bytes and well under a millisecond of slurmrestd per job), so
-   the cost follows the bridge's own jobs, never the other jobs in Slurm;
+1. `GET /jobs/state/?job_id=A&job_id=B...` for those of its jobs that are due
+   (chunks of up to 500 ids and 4,000 query characters), so the cost follows the
+   bridge's own jobs, never the other jobs in Slurm. A running job is due every
+   2 s. A pending one is due when slurmctld's count of started jobs (`GET
+   /diag/`, one answer of constant size) moved since the last probe, since a
+   start is what its pods wait for, and otherwise every 10 s (a cancel by someone
+   else, a failure): while Slurm starts nothing, following 10,000 pending jobs
+   costs one small request per pass, not 33;
 2. `GET /job/{id}` for each job whose state changed since the previous pass,
    that Slurm no longer knows, that is new to the watcher, or that is pending
    and due for a refresh (its pending reason is not part of the state answer);
@@ -60,7 +65,7 @@ from bridge.models import ENDED_JOB_STATES, JobEvent, installation_of, workflow_
 from bridge.slurm_api import JobInfo
 from bridge.slurm_jobs import is_live, job_event_of, placement_of
 from clients.slurm_client import SlurmClient
-from clients.slurm_errors import SlurmError, SlurmNotFound
+from clients.slurm_errors import SlurmAuthError, SlurmError, SlurmNotFound, SlurmUnavailable
 from clients.slurm_health import SlurmHealth
 from worker.delivery import LatestPerKey
 from worker.job_registry import LiveJobs
@@ -82,6 +87,9 @@ READ_CONCURRENCY = 8
 MAX_BACKOFF_SECONDS = 30.0
 # A running job is probed this often (its end evicts pods; nothing waits on it to bind).
 RUNNING_PROBE_SECONDS = 2.0
+# A pending job is probed when slurmctld's count of started jobs moved, and at least this often
+# for whatever else ends a pending job (a cancel by someone else, a failure, a deadline).
+PENDING_PROBE_SECONDS = 10.0
 # A pending reason is told only once the job has waited this long: Slurm's first pass says
 # Priority for a moment before it starts most jobs, and each report costs actions and writes.
 PENDING_REASON_GRACE_SECONDS = 3.0
@@ -117,6 +125,8 @@ class JobWatcher:
         pending_refresh_max: float = PENDING_REFRESH_MAX_SECONDS,
         max_backoff: float = MAX_BACKOFF_SECONDS,
         pending_reason_grace: float = PENDING_REASON_GRACE_SECONDS,
+        pending_probe: float = PENDING_PROBE_SECONDS,
+        gate_on_starts: bool = True,
         clock: Callable[[], float] = time.monotonic,
         slurm_health: SlurmHealth | None = None,
     ) -> None:
@@ -130,6 +140,8 @@ class JobWatcher:
         self.pending_refresh = pending_refresh
         self.pending_refresh_max = max(pending_refresh_max, pending_refresh)
         self.pending_reason_grace = pending_reason_grace
+        self.pending_probe = pending_probe
+        self.gate_on_starts = gate_on_starts  # gate pending probes on slurmctld's count of started jobs
         self._clock = clock  # monotonic seconds; a test may drive it
         self.max_backoff = max(max_backoff, interval)
         # Counters, for metrics and the benchmark.
@@ -137,6 +149,7 @@ class JobWatcher:
         self.state_probes = 0  # job ids whose state was asked (`GET /jobs/state/`, batched)
         self.job_gets = 0  # `GET /job/{id}` answered (a job found or not found)
         self.started_unread = 0  # jobs seen to start, told from the state probe without a read
+        self.counter_reads = 0  # `GET /diag/` answered with slurmctld's count of started jobs
         self.signals = 0  # `job_changed` signals delivered
         self.errors = 0  # passes that failed (each followed by a backoff)
         self.failing = 0  # passes failed since the last that completed
@@ -151,6 +164,7 @@ class JobWatcher:
         self._probed_at: dict[int, float] = {}  # job id → when its state was last asked
         self._pending_since: dict[int, float] = {}  # job id → when first seen pending
         self._withheld: set[int] = set()  # pending reasons not yet told: re-read soon
+        self._started_at_probe: int | None = None  # slurmctld's count of started jobs at the last probe
         self._retrying = AsyncRetrying(
             retry=retry_if_exception_type(Exception),
             wait=wait_exponential_jitter(multiplier=interval, max=self.max_backoff, jitter=interval),
@@ -171,28 +185,32 @@ class JobWatcher:
             await asyncio.sleep(self.interval)
 
     async def poll(self) -> None:
-        """One pass: probe the followed jobs' states, read the changed ones, signal."""
+        """One pass: probe the followed jobs' states that are due, read the changed ones, signal."""
         followed = {job_id: pid for job_id, pid in self.jobs.items() if self._ours(pid)}
         self._forget_except(followed)
         if not followed:
             self.passes += 1
             return
         now = self._clock()
-        # A job that runs only needs watching for its end, which no pod waits on to bind:
-        # probed every few seconds. Pending ones, whose start a pod waits on, every pass.
-        probed = {
-            job_id: pid
-            for job_id, pid in followed.items()
-            if not self._running_and_recently_probed(job_id, now)
-        }
-        if not probed:
-            self.passes += 1
-            return
-        self.state_probes += len(probed)
-        states = await self.slurm.job_states(probed)
-        for job_id in probed:
-            self._probed_at[job_id] = now
-        to_read = self._to_read(probed, states, now)
+        started = await self._jobs_started() if self._pending_followed() else None
+        moved = started is None or started != self._started_at_probe
+        due = [job_id for job_id in followed if self._due(job_id, now, moved)]
+        states: dict[int, list[str]] = {}
+        if due:
+            self.state_probes += len(due)
+            states = await self.slurm.job_states(due)
+            for job_id in due:
+                self._probed_at[job_id] = now
+            if started is not None:
+                self._started_at_probe = started
+        # A job not probed this pass is as its last probe found it: nothing new to read about it
+        # but a pending reason due for a refresh.
+        probed = set(due)
+        for job_id in followed:
+            seen = self._seen.get(job_id)
+            if job_id not in probed and seen is not None and seen.states is not None:
+                states[job_id] = seen.states
+        to_read = self._to_read(followed, states, now)
         for job_id in self._started(to_read, states):
             to_read.remove(job_id)
             self._tell_started(job_id, states[job_id])
@@ -234,10 +252,49 @@ class JobWatcher:
             del self._told[key]
         self._closed = {key: seen for key, seen in self._closed.items() if _job_of(key) in followed}
 
-    def _running_and_recently_probed(self, job_id: int, now: float) -> bool:
+    def _pending_followed(self) -> bool:
+        """Whether any followed job was last seen pending (only those are worth the count)."""
+        return any(seen.states is not None and "PENDING" in seen.states for seen in self._seen.values())
+
+    async def _jobs_started(self) -> int | None:
+        """slurmctld's count of started jobs; None where Slurm does not give it.
+
+        None makes the pass probe every pending job, as it would without the count: an answer
+        without it, or a refusal, turns it off for good (said once); Slurm away fails the
+        pass, as the probe would.
+        """
+        if not self.gate_on_starts:
+            return None
+        try:
+            started = await self.slurm.jobs_started()
+        except (SlurmUnavailable, SlurmAuthError):
+            raise  # Slurm away, or the token refused: the probe would fail alike
+        except SlurmError as error:
+            # Refused (a slurmrestd that does not serve /diag/ to this user), or no count in it.
+            log.warning("no count of started jobs from slurmctld (%s): each pass probes every job", error)
+            self.gate_on_starts = False
+            return None
+        self.counter_reads += 1
+        return started
+
+    def _due(self, job_id: int, now: float, moved: bool) -> bool:
+        """Whether this pass asks Slurm for the job's state.
+
+        A job the watcher knows nothing of yet, always. A running one, every RUNNING_PROBE_SECONDS
+        (its end evicts pods; nothing waits on it to bind). A pending one when slurmctld's count
+        of started jobs moved since the last probe (its start is what its pods wait for), and
+        otherwise every `pending_probe` seconds, for what else can end a pending job (a cancel
+        by someone else, a failure, a deadline).
+        """
         seen = self._seen.get(job_id)
-        running = seen is not None and "RUNNING" in (seen.states or [])
-        return running and now - self._probed_at.get(job_id, 0.0) < RUNNING_PROBE_SECONDS
+        if seen is None or seen.states is None or seen.unread:
+            return True
+        since = now - self._probed_at.get(job_id, float("-inf"))
+        if "RUNNING" in seen.states:
+            return since >= RUNNING_PROBE_SECONDS
+        if "PENDING" in seen.states:
+            return moved or since >= self.pending_probe
+        return True
 
     def _to_read(self, followed: Mapping[int, str], states: Mapping[int, list[str]], now: float) -> list[int]:
         changed: list[int] = []

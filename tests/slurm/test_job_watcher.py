@@ -23,7 +23,7 @@ from clients.slurm_client import SlurmClient
 from testbed.slurm_bed import SlurmTestBed, TestPartition
 from testbed.waiting import until
 from tests.slurm.conftest import MakePartition
-from tests.slurm.test_slurm_client import UNKNOWN_JOB_ID, external_job
+from tests.slurm.test_slurm_client import UNKNOWN_JOB_ID, external_job, wait_for_job
 from worker.job_registry import LiveJobs
 from worker.job_watcher import JobWatcher
 
@@ -114,6 +114,10 @@ def watcher_for(
     ready.set()
     # Pending reasons are told at once here (grace 0) unless a test says otherwise.
     kwargs.setdefault("pending_reason_grace", 0.0)
+    # slurmctld's count of started jobs moves with every other test's jobs in this shared Slurm:
+    # these tests check what a pass does with the states it probes, every pass; the gate on that
+    # count has tests of its own.
+    kwargs.setdefault("gate_on_starts", False)
     return JobWatcher(
         slurm, temporal, jobs, installation=INSTALLATION, ready=ready, interval=0.05, clock=clock, **kwargs
     )
@@ -494,3 +498,75 @@ async def test_a_job_pending_past_the_grace_is_read_once_and_its_reason_told_at_
     [pending] = await placements.told(placement)
     assert (pending.states, pending.reason) == (["PENDING"], "JobHeldUser")
     await slurm.cancel_job(job_id)
+
+
+class CountedStarts(SlurmClient):
+    """The real Slurm, but slurmctld's count of started jobs as the test sets it."""
+
+    started = 100
+
+    async def jobs_started(self) -> int:
+        return self.started
+
+
+async def test_pending_jobs_are_probed_when_slurmctld_counted_a_start(
+    slurm_bed: SlurmTestBed,
+    slurm_partition: MakePartition,
+    temporal_client: Client,
+    placements: Placements,
+    requests: Requests,
+) -> None:
+    """While slurmctld counts no start, no pending job started: the pass asks for the count and
+    probes nothing (what else can end a pending job, the slow cadence catches)."""
+    async with CountedStarts(
+        slurm_bed.rest_url, user_name=slurm_bed.user_name, token_file=slurm_bed.jwt_file, observer=requests
+    ) as slurm:
+        placement, job_id, watcher, clock = await watched_held_job(
+            slurm, slurm_partition(), temporal_client, placements, gate_on_starts=True, pending_probe=30.0
+        )
+        requests.take()
+        await one_pass(watcher)  # first sight: probed and read (nothing known, no count asked)
+        await one_pass(watcher)  # pending now: the count, first seen, and the probe
+        assert requests.take() == ["GET /jobs/state/", "GET /job/{}", "GET /jobs/state/"]
+        assert watcher.counter_reads == 1
+
+        await asyncio.to_thread(slurm_bed.scontrol, "release", str(job_id))
+        await wait_for_job(slurm, job_id, lambda job: "RUNNING" in (job.job_state or []), "job running")
+        requests.take()
+        clock.now += 29.0
+        await one_pass(watcher)  # count unchanged, cadence not due: not probed, so not told
+        assert requests.take() == []
+        assert [event.states for event in await placements.told(placement)] == [["PENDING"]]
+
+        slurm.started = 101  # slurmctld counted a start
+        await one_pass(watcher)
+        assert requests.take() == ["GET /jobs/state/"]
+        assert [event.states for event in await placements.told(placement)] == [["PENDING"], ["RUNNING"]]
+        await slurm.cancel_job(job_id)
+
+
+async def test_a_pending_job_is_probed_at_the_slow_cadence_while_slurmctld_counts_no_start(
+    slurm_bed: SlurmTestBed,
+    slurm_partition: MakePartition,
+    temporal_client: Client,
+    placements: Placements,
+    requests: Requests,
+) -> None:
+    """A pending job ended by something that starts nothing: here a cancel by someone else."""
+    async with CountedStarts(
+        slurm_bed.rest_url, user_name=slurm_bed.user_name, token_file=slurm_bed.jwt_file, observer=requests
+    ) as slurm:
+        placement, job_id, watcher, clock = await watched_held_job(
+            slurm, slurm_partition(), temporal_client, placements, gate_on_starts=True, pending_probe=30.0
+        )
+        await one_pass(watcher)
+        await one_pass(watcher)
+        await slurm.cancel_job(job_id)
+        requests.take()
+        clock.now += 29.0
+        await one_pass(watcher)
+        assert requests.take() == []
+        clock.now += 1.0
+        await one_pass(watcher)  # 30 s since the last probe
+        assert requests.take() == ["GET /jobs/state/", "GET /job/{}"]
+        assert [event.states for event in await placements.told(placement)] == [["PENDING"], ["CANCELLED"]]

@@ -315,6 +315,7 @@ async def test_errors_never_carry_the_token(
         assert token not in text
 
 
+@pytest.mark.exclusive  # needs a second in which no test changes a job: none runs beside it
 async def test_list_jobs_reports_changes_since_update_time(
     slurm_client: SlurmClient, slurm_partition: MakePartition
 ) -> None:
@@ -433,6 +434,20 @@ async def test_partitions(slurm_client: SlurmClient, slurm_partition: MakePartit
     assert info.nodes.total == 2
     assert partition.name in {entry.name for entry in await slurm_client.list_partitions()}
     assert await slurm_client.get_partition(f"no-such-partition-{secrets.token_hex(3)}") is None
+
+
+async def test_slurmctld_counts_a_jobs_start(
+    slurm_bed: SlurmTestBed, slurm_client: SlurmClient, slurm_partition: MakePartition
+) -> None:
+    """What the job watcher's gate stands on: slurmctld's statistics count an external job's start
+    once it runs (other tests' jobs count too: at least one more)."""
+    partition = slurm_partition()
+    job_id = await slurm_client.submit_job(external_job(partition.name, hold=True))
+    before = await slurm_client.jobs_started()
+    await asyncio.to_thread(slurm_bed.scontrol, "release", str(job_id))
+    await wait_for_job(slurm_client, job_id, in_state("RUNNING"), "running")
+    assert await slurm_client.jobs_started() > before
+    await slurm_client.cancel_job(job_id)
 
 
 async def test_ping(slurm_client: SlurmClient) -> None:
