@@ -147,10 +147,12 @@ ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
-MaxNodeCount=1024
+# A site's size (bench/watcher.py, issue #24): 1,000 external nodes beside the tests' own, and
+# 20,000 foreign plus 10,000 bridge jobs twice over, since ended jobs count until MinJobAge.
+MaxNodeCount=4096
 ReturnToService=2
 MinJobAge=300
-MaxJobCount=50000
+MaxJobCount=100000
 LogTimeFormat=iso8601_ms
 DebugFlags=HetJob
 GresTypes=gpu

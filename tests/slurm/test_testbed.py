@@ -46,7 +46,8 @@ def settings(text: str) -> dict[str, str]:
 
 def test_slurm_conf_settings(slurm_bed: SlurmTestBed) -> None:
     config = settings(slurm_bed.scontrol("show", "config"))
-    assert config["MaxJobCount"] == "50000"
+    assert config["MaxJobCount"] == "100000"
+    assert config["MaxNodeCount"] == "4096"
     assert config["GresTypes"] == "gpu"
     assert config["PreemptType"] == "preempt/partition_prio"
     assert config["PreemptMode"] == "CANCEL"
