@@ -509,8 +509,17 @@ class CountedStarts(SlurmClient):
         return self.started
 
 
+@pytest.fixture
+async def counted_starts(slurm_bed: SlurmTestBed, requests: Requests) -> AsyncIterator[CountedStarts]:
+    async with CountedStarts(
+        slurm_bed.rest_url, user_name=slurm_bed.user_name, token_file=slurm_bed.jwt_file, observer=requests
+    ) as client:
+        yield client
+
+
 async def test_pending_jobs_are_probed_when_slurmctld_counted_a_start(
     slurm_bed: SlurmTestBed,
+    counted_starts: CountedStarts,
     slurm_partition: MakePartition,
     temporal_client: Client,
     placements: Placements,
@@ -518,55 +527,51 @@ async def test_pending_jobs_are_probed_when_slurmctld_counted_a_start(
 ) -> None:
     """While slurmctld counts no start, no pending job started: the pass asks for the count and
     probes nothing (what else can end a pending job, the slow cadence catches)."""
-    async with CountedStarts(
-        slurm_bed.rest_url, user_name=slurm_bed.user_name, token_file=slurm_bed.jwt_file, observer=requests
-    ) as slurm:
-        placement, job_id, watcher, clock = await watched_held_job(
-            slurm, slurm_partition(), temporal_client, placements, gate_on_starts=True, pending_probe=30.0
-        )
-        requests.take()
-        await one_pass(watcher)  # first sight: probed and read (nothing known, no count asked)
-        await one_pass(watcher)  # pending now: the count, first seen, and the probe
-        assert requests.take() == ["GET /jobs/state/", "GET /job/{}", "GET /jobs/state/"]
-        assert watcher.counter_reads == 1
+    slurm = counted_starts
+    placement, job_id, watcher, clock = await watched_held_job(
+        slurm, slurm_partition(), temporal_client, placements, gate_on_starts=True, pending_probe=30.0
+    )
+    requests.take()
+    await one_pass(watcher)  # first sight: probed and read (nothing known, no count asked)
+    await one_pass(watcher)  # pending now: the count, first seen, and the probe
+    assert requests.take() == ["GET /jobs/state/", "GET /job/{}", "GET /jobs/state/"]
+    assert watcher.counter_reads == 1
 
-        await asyncio.to_thread(slurm_bed.scontrol, "release", str(job_id))
-        await wait_for_job(slurm, job_id, lambda job: "RUNNING" in (job.job_state or []), "job running")
-        requests.take()
-        clock.now += 29.0
-        await one_pass(watcher)  # count unchanged, cadence not due: not probed, so not told
-        assert requests.take() == []
-        assert [event.states for event in await placements.told(placement)] == [["PENDING"]]
+    await asyncio.to_thread(slurm_bed.scontrol, "release", str(job_id))
+    await wait_for_job(slurm, job_id, lambda job: "RUNNING" in (job.job_state or []), "job running")
+    requests.take()
+    clock.now += 29.0
+    await one_pass(watcher)  # count unchanged, cadence not due: not probed, so not told
+    assert requests.take() == []
+    assert [event.states for event in await placements.told(placement)] == [["PENDING"]]
 
-        slurm.started = 101  # slurmctld counted a start
-        await one_pass(watcher)
-        assert requests.take() == ["GET /jobs/state/"]
-        assert [event.states for event in await placements.told(placement)] == [["PENDING"], ["RUNNING"]]
-        await slurm.cancel_job(job_id)
+    slurm.started = 101  # slurmctld counted a start
+    await one_pass(watcher)
+    assert requests.take() == ["GET /jobs/state/"]
+    assert [event.states for event in await placements.told(placement)] == [["PENDING"], ["RUNNING"]]
+    await slurm.cancel_job(job_id)
 
 
 async def test_a_pending_job_is_probed_at_the_slow_cadence_while_slurmctld_counts_no_start(
-    slurm_bed: SlurmTestBed,
+    counted_starts: CountedStarts,
     slurm_partition: MakePartition,
     temporal_client: Client,
     placements: Placements,
     requests: Requests,
 ) -> None:
     """A pending job ended by something that starts nothing: here a cancel by someone else."""
-    async with CountedStarts(
-        slurm_bed.rest_url, user_name=slurm_bed.user_name, token_file=slurm_bed.jwt_file, observer=requests
-    ) as slurm:
-        placement, job_id, watcher, clock = await watched_held_job(
-            slurm, slurm_partition(), temporal_client, placements, gate_on_starts=True, pending_probe=30.0
-        )
-        await one_pass(watcher)
-        await one_pass(watcher)
-        await slurm.cancel_job(job_id)
-        requests.take()
-        clock.now += 29.0
-        await one_pass(watcher)
-        assert requests.take() == []
-        clock.now += 1.0
-        await one_pass(watcher)  # 30 s since the last probe
-        assert requests.take() == ["GET /jobs/state/", "GET /job/{}"]
-        assert [event.states for event in await placements.told(placement)] == [["PENDING"], ["CANCELLED"]]
+    slurm = counted_starts
+    placement, job_id, watcher, clock = await watched_held_job(
+        slurm, slurm_partition(), temporal_client, placements, gate_on_starts=True, pending_probe=30.0
+    )
+    await one_pass(watcher)
+    await one_pass(watcher)
+    await slurm.cancel_job(job_id)
+    requests.take()
+    clock.now += 29.0
+    await one_pass(watcher)
+    assert requests.take() == []
+    clock.now += 1.0
+    await one_pass(watcher)  # 30 s since the last probe
+    assert requests.take() == ["GET /jobs/state/", "GET /job/{}"]
+    assert [event.states for event in await placements.told(placement)] == [["PENDING"], ["CANCELLED"]]
