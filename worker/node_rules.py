@@ -110,8 +110,7 @@ class ExclusionRefresher:
             if "PENDING" not in (components[0].get("job_state") or []):
                 continue  # allocated already: the exclusions no longer matter
             if len(components) == 1:
-                wanted = (rules.of_group(pods),)
-                by_offset = {0: pods}
+                by_offset = {0: pods}  # every pod in the one job, whatever labels it carries
             changed = False
             for offset, job in enumerate(components):
                 current = set(hostlist.expand(job.get("excluded_nodes") or ""))
@@ -119,7 +118,7 @@ class ExclusionRefresher:
                 excluded = await with_departed_nodes(in_slurm, sorted(own) or None, current, nodes)
                 changed = changed or set(excluded or []) != current
             if not changed:
-                self._in_step[job_id] = wanted
+                self._in_step[job_id] = wanted  # as computed before the read: what the next pass compares
                 continue
             # Told, not yet in step: read again on the next pass, until the placement's update shows.
             self._in_step.pop(job_id, None)
