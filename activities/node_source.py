@@ -109,6 +109,20 @@ async def with_departed_nodes(
     return sorted({*(wanted or []), *kept}) or None
 
 
+async def unsubmitted_scheduler_pods(kube: KubeClient, scheduler_name: str) -> list[Json]:
+    """The scheduler's pods not bound and without a Slurm job id: those of placements that have
+    submitted nothing (no node fitted, or not yet tried). One listing, by field and label selectors."""
+    listed = await kube.request(
+        "GET",
+        api_path("pods"),
+        query={
+            "fieldSelector": f"spec.schedulerName={scheduler_name},spec.nodeName=",
+            "labelSelector": f"!{keys.LABEL_SLURM_JOB_ID}",
+        },
+    )
+    return list(listed.get("items", []))
+
+
 async def unbound_bridge_pods(kube: KubeClient, scheduler_name: str) -> list[Json]:
     """The scheduler's pods that carry a Slurm job id and are not bound yet: those whose jobs may
     be pending. One listing, by field and label selectors."""

@@ -253,7 +253,7 @@ def rules_key(pod: Pod) -> str:
 
 
 class ExclusionsByRules:
-    """The Slurm nodes each group may not run on, over one set of nodes, each distinct set of
+    """The nodes each pod or group may not run on, over one set of nodes, each distinct set of
     node rules checked against the nodes once.
 
     A site's pending pods mostly share a few rule sets (one per workload template), so
@@ -266,19 +266,29 @@ class ExclusionsByRules:
     ) -> None:
         self._nodes = nodes
         self._tolerated = tolerated_by_bridge
-        self._by_rules: dict[str, frozenset[str]] = {}
+        # rule set → (Kubernetes node, kube-scheduler's reason) of each node it keeps the pod off
+        self._by_rules: dict[str, frozenset[tuple[str, str]]] = {}
+        self._slurm_names: dict[str, frozenset[str]] = {}
 
-    def of_pod(self, pod: Pod) -> frozenset[str]:
+    def reasons_of_pod(self, pod: Pod) -> frozenset[tuple[str, str]]:
+        """(node, why) for every node the pod may not run on: all that `group_feasibility`'s
+        verdict and summary for the pod's group depend on, besides the nodes themselves."""
         key = rules_key(pod)
         found = self._by_rules.get(key)
         if found is None:
-            found = frozenset(
-                slurm_node_name(node)
-                for node in self._nodes
-                if pod_exclusion(pod, node, tolerated_by_bridge=self._tolerated) is not None
+            exclusions = (
+                pod_exclusion(pod, node, tolerated_by_bridge=self._tolerated) for node in self._nodes
             )
+            found = frozenset((e.node, e.scheduler_reason) for e in exclusions if e is not None)
             self._by_rules[key] = found
+            slurm_of = {node_name(node): slurm_node_name(node) for node in self._nodes}
+            self._slurm_names[key] = frozenset(slurm_of[name] for name, _ in found)
         return found
+
+    def of_pod(self, pod: Pod) -> frozenset[str]:
+        """The Slurm names of the nodes the pod may not run on."""
+        self.reasons_of_pod(pod)
+        return self._slurm_names[rules_key(pod)]
 
     def of_group(self, pods: Sequence[Pod]) -> frozenset[str]:
         """A node is the group's only if it is every pod's: the union of the pods' exclusions."""

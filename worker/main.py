@@ -38,7 +38,7 @@ from worker.job_registry import LiveJobs
 from worker.job_watcher import JobWatcher
 from worker.metrics import slurm_health_observer, slurm_observer
 from worker.node_cache import NodeCache
-from worker.node_rules import ExclusionRefresher
+from worker.node_rules import ExclusionRefresher, UnschedulableWakes
 from worker.node_watcher import NodeWatcher
 from worker.pod_watcher import PodWatcher
 from worker.schedules import NODE_SYNC_SCHEDULE_ID, ensure_node_sync_schedule, ensure_sweep_schedule
@@ -180,7 +180,12 @@ class Bridge:
             installation=s.installation_id,
         )
         self.node_watcher = NodeWatcher(
-            self.kube, self.temporal, schedule_id=self.node_sync_schedule_id, refresher=refresher
+            self.kube,
+            self.temporal,
+            schedule_id=self.node_sync_schedule_id,
+            refresher=refresher,
+            unschedulable=UnschedulableWakes(self.kube, scheduler_name=s.scheduler_name),
+            task_queue=s.temporal_task_queue,
         )
 
     async def _tell_waiting(self, pod: PodRef, reason: str, message: str, warning: bool = True) -> None:

@@ -16,15 +16,23 @@ node sync lifts that exclusion once it has drained the node, before deleting it.
 """
 
 import asyncio
+import contextlib
 import logging
 from collections import defaultdict
+from collections.abc import Sequence
 
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.node_source import SlurmNodeNames, list_bridge_nodes, unbound_bridge_pods, with_departed_nodes
+from activities.node_source import (
+    SlurmNodeNames,
+    list_bridge_nodes,
+    unbound_bridge_pods,
+    unsubmitted_scheduler_pods,
+    with_departed_nodes,
+)
 from bridge import hostlist
-from bridge.feasibility import ExclusionsByRules
+from bridge.feasibility import ExclusionsByRules, node_name
 from bridge.models import installation_of, workflow_id_of
 from bridge.pod_events import claim_of, het_offset_label, job_id_label
 from clients.kube_client import Json, KubeClient
@@ -134,3 +142,56 @@ class ExclusionRefresher:
         self.rule_sets += rules.rule_sets
         self.told += told
         return told
+
+
+class UnschedulableWakes:
+    """Which placements that no node could take a burst of node changes concerns.
+
+    Such a placement decides from the bridge's nodes and, for each of its pods, the nodes the
+    pod may not run on and why (`bridge.feasibility`: the verdict and the summary its pods are
+    told). After a burst, only the placements for which either changed since the previous burst
+    are woken; one whose pods cannot be found, or that is new since the previous burst, is woken
+    as before. So a burst that concerns none of 1,000 such placements costs one node and one pod
+    listing instead of 1,000 signals and 1,000 `prepare_and_submit` runs.
+    """
+
+    def __init__(self, kube: KubeClient, *, scheduler_name: str) -> None:
+        self.kube = kube
+        self.scheduler_name = scheduler_name
+        self.skipped = 0  # placements not woken: their pods' view of the nodes had not changed
+        self._views: dict[str, object] = {}  # workflow id → the view at the previous burst
+
+    async def select(self, workflow_ids: Sequence[str]) -> list[str]:
+        """The placements among `workflow_ids` to wake, in the order given."""
+        if not workflow_ids:
+            self._views = {}
+            return []
+        nodes = await list_bridge_nodes(self.kube, self.scheduler_name)
+        pods_of: dict[str, list[Json]] = defaultdict(list)
+        for pod in await unsubmitted_scheduler_pods(self.kube, self.scheduler_name):
+            claim = claim_of(pod)
+            with contextlib.suppress(ValueError):
+                if claim is not None:
+                    pods_of[workflow_id_of(claim)].append(pod)
+        rules = ExclusionsByRules(nodes)
+        names = frozenset(node_name(node) for node in nodes)
+        views: dict[str, object] = {}
+        wake = []
+        for workflow_id in workflow_ids:
+            pods = pods_of.get(workflow_id)
+            if not pods:
+                wake.append(workflow_id)  # nothing to compare with: woken, as every one was before
+                continue
+            view = (names, frozenset((_pod_name(pod), rules.reasons_of_pod(pod)) for pod in pods))
+            views[workflow_id] = view
+            if self._views.get(workflow_id) == view:
+                self.skipped += 1
+            else:
+                wake.append(workflow_id)
+        self._views = views  # memory follows the placements waiting for a node
+        return wake
+
+
+def _pod_name(pod: Json) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace')}/{meta.get('name')}"

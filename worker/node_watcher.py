@@ -8,8 +8,9 @@ heartbeats). A burst of them (a cordon of a whole rack) becomes one
 trigger, `debounce` seconds after the first change.
 
 A trigger also tells the placements that no node could take (phase
-Unschedulable) to look again, and the pending ones whose job's excluded nodes
-no longer match the nodes' rules to update their job (worker/node_rules.py).
+Unschedulable) and whose pods' view of the nodes changed to look again, and the
+pending ones whose job's excluded nodes no longer match the nodes' rules to
+update their job (worker/node_rules.py).
 
 A trigger asks the Schedule for one run with overlap BUFFER_ONE: a run already
 going may have read the nodes before this change, so one more run is queued
@@ -27,7 +28,7 @@ from bridge import keys
 from bridge.node_facts import rules_signature, watch_signature
 from clients.informer import EventType, Informer, missing
 from clients.kube_client import Json, KubeClient, api_path
-from worker.node_rules import ExclusionRefresher
+from worker.node_rules import ExclusionRefresher, UnschedulableWakes
 from workflows.placement import PlacementWorkflow
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,16 @@ log = logging.getLogger(__name__)
 UNSCHEDULABLE = (
     f"{keys.PLACEMENT_TYPE_CLAUSE} AND PlacementPhase = 'Unschedulable' AND ExecutionStatus = 'Running'"
 )
+
+
+def unschedulable_query(task_queue: str | None) -> str:
+    """This bridge's placements (its task queue) waiting because no node passes their pods' rules;
+    every installation's on the Temporal namespace without a task queue."""
+    if task_queue is None:
+        return UNSCHEDULABLE
+    return f"{UNSCHEDULABLE} AND TaskQueue = '{task_queue.replace(chr(39), '')}'"
+
+
 MAX_WAKE = 10_000
 
 
@@ -47,12 +58,16 @@ class NodeWatcher:
         schedule_id: str,
         debounce: float = 1.0,
         refresher: ExclusionRefresher | None = None,
+        unschedulable: UnschedulableWakes | None = None,
+        task_queue: str | None = None,
     ) -> None:
         self.kube = kube
         self.temporal = temporal
         self.schedule_id = schedule_id
         self.debounce = debounce
         self.refresher = refresher
+        self.unschedulable = unschedulable  # None: every such placement is woken on every burst
+        self.unschedulable_query = unschedulable_query(task_queue)
         self.informer = Informer(
             kube, api_path("nodes"), name="nodes", on_event=self._on_event, on_synced=self._on_synced
         )
@@ -124,10 +139,15 @@ class NodeWatcher:
                 await asyncio.sleep(5)
 
     async def _wake_unschedulable(self) -> None:
-        """Placements that no node could take look again (once per burst of node changes)."""
-        async for execution in self.temporal.list_workflows(UNSCHEDULABLE, limit=MAX_WAKE):
+        """Placements that no node could take look again (once per burst of node changes): those
+        the burst concerns, when `unschedulable` tells them apart."""
+        listed = self.temporal.list_workflows(self.unschedulable_query, limit=MAX_WAKE)
+        waiting = [execution.id async for execution in listed]
+        if self.unschedulable is not None:
+            waiting = await self.unschedulable.select(waiting)
+        for workflow_id in waiting:
             try:
-                await self.temporal.get_workflow_handle(execution.id).signal(PlacementWorkflow.nodes_changed)
+                await self.temporal.get_workflow_handle(workflow_id).signal(PlacementWorkflow.nodes_changed)
             except RPCError as error:
                 if error.status != RPCStatusCode.NOT_FOUND:
                     raise

@@ -16,6 +16,7 @@ import pytest
 
 from bridge import hostlist, keys
 from bridge.slurm_api import JobDescMsg
+from testbed.waiting import until
 from tests.e2e.conftest import ON_REAL_KUBE, StackFactory
 from tests.e2e.harness import Pod, Stack, bound, finished_cleanly, job_id_of, make_pod
 from worker.main import Bridge
@@ -173,6 +174,48 @@ async def test_no_feasible_node_waits_with_the_reason_until_a_node_fits(make_sta
     pod = await stack.wait_pod("gpu-hungry", bound)
     assert bound(pod) == first
     await finish(stack, "gpu-hungry")
+
+
+@ON_REAL_KUBE
+async def test_a_burst_of_node_changes_wakes_only_the_placements_it_concerns(
+    make_stack: StackFactory,
+) -> None:
+    """Placements that no node could take are woken by a burst only when their pods' view of the
+    nodes changed: a label no pod asks about wakes none (each was woken on every burst before),
+    the label one pod asks for wakes that one, which is then placed."""
+    stack = await make_stack(nodes=2, bridge=False)
+    bridge = await stack.start_bridge()
+    watcher, refresher = bridge.node_watcher, bridge.node_watcher.refresher
+    assert refresher is not None
+    wakes = watcher.unschedulable
+    assert wakes is not None
+    await asyncio.wait_for(refresher.wait_for_passes(1), 30)  # the first listing's pass, before any pod
+    first, _ = stack.partition.node_names
+    for name, accelerator in (("wants-h100", "h100"), ("wants-a100", "a100")):
+        pod_with(stack, name, nodeSelector={"accelerator": accelerator})
+        await stack.wait_pod(name, lambda p: (scheduled_condition(p) or {}).get("reason") == "Unschedulable")
+
+    async def listed() -> bool:
+        found = [e async for e in stack.temporal.list_workflows(watcher.unschedulable_query)]
+        return len(found) == 2
+
+    await until(listed, "both placements listed as Unschedulable", 30)
+
+    async def burst(change: Callable[[Pod], None]) -> tuple[int, int]:
+        """One node change, one pass: (placements woken, placements left alone)."""
+        woken, skipped, passes = watcher.wakes, wakes.skipped, refresher.refreshes
+        await change_node(stack, bridge, first, change)
+        await asyncio.wait_for(refresher.wait_for_passes(passes + 1), 30)
+        return watcher.wakes - woken, wakes.skipped - skipped
+
+    # The first burst since they wait has nothing to compare with: both are woken, as before.
+    assert await burst(lambda n: n["metadata"]["labels"].update(rack="a")) == (2, 0)
+    assert await burst(lambda n: n["metadata"]["labels"].update(rack="b")) == (0, 2)
+    assert await burst(lambda n: n["metadata"]["labels"].update(accelerator="h100")) == (1, 1)
+    assert bound(await stack.wait_pod("wants-h100", bound)) == first
+    assert (scheduled_condition(stack.pod("wants-a100")) or {}).get("reason") == "Unschedulable"
+    for name in ("wants-h100", "wants-a100"):
+        await finish(stack, name)
 
 
 async def test_the_managed_node_toleration_is_added_before_binding(make_stack: StackFactory) -> None:
