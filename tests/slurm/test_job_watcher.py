@@ -13,7 +13,7 @@ import itertools
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from temporalio.client import Client, WorkflowHandle
@@ -52,11 +52,17 @@ def requests() -> Requests:
     return Requests()
 
 
+C = TypeVar("C", bound=SlurmClient)
+
+
+def observed(kind: type[C], bed: SlurmTestBed, requests: Requests) -> C:
+    """A client of the bed's slurmrestd whose every request `requests` records."""
+    return kind(bed.rest_url, user_name=bed.user_name, token_file=bed.jwt_file, observer=requests)
+
+
 @pytest.fixture
 async def slurm(slurm_bed: SlurmTestBed, requests: Requests) -> AsyncIterator[SlurmClient]:
-    async with SlurmClient(
-        slurm_bed.rest_url, user_name=slurm_bed.user_name, token_file=slurm_bed.jwt_file, observer=requests
-    ) as client:
+    async with observed(SlurmClient, slurm_bed, requests) as client:
         yield client
 
 
@@ -511,9 +517,7 @@ class CountedStarts(SlurmClient):
 
 @pytest.fixture
 async def counted_starts(slurm_bed: SlurmTestBed, requests: Requests) -> AsyncIterator[CountedStarts]:
-    async with CountedStarts(
-        slurm_bed.rest_url, user_name=slurm_bed.user_name, token_file=slurm_bed.jwt_file, observer=requests
-    ) as client:
+    async with observed(CountedStarts, slurm_bed, requests) as client:
         yield client
 
 
