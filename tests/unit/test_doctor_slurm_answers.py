@@ -128,6 +128,23 @@ async def test_an_error_page_from_diag_is_a_failed_token_check(tmp_path: Path) -
     assert diag.headers["x-slurm-user-name"] == "slurm"
 
 
+@pytest.mark.parametrize(
+    ("statistics", "status"),
+    [({"jobs_started": 12, "jobs_pending": 3}, "ok"), ({"jobs_pending": 3}, "warn"), (None, "warn")],
+)
+async def test_a_diag_answer_without_the_start_count_is_a_warning(
+    tmp_path: Path, statistics: dict[str, int] | None, status: str
+) -> None:
+    """The job watcher gates its pending-job probes on that count: without it, every pass asks."""
+    document: dict[str, Any] = {"meta": {"slurm": {"release": "26.05.5"}}, "errors": []}
+    if statistics is not None:
+        document["statistics"] = statistics
+    async with fake_slurmrestd({r"/ping/$": PING_UP, r"/diag/$": json_answer(200, "OK", document)}) as fake:
+        checks = await slurm_checks(fake.url, tmp_path)
+    assert checks["token"].status == status
+    assert ("jobs_started" in checks["token"].detail) == (status == "warn")
+
+
 async def test_diag_is_asked_in_the_configured_api_version(tmp_path: Path) -> None:
     answers = {r"/ping/$": PING_UP, r"/diag/$": answer(502, "Bad Gateway", BAD_GATEWAY_PAGE, "text/html")}
     async with fake_slurmrestd(answers) as fake:
@@ -185,12 +202,15 @@ async def test_a_200_from_diag_of_another_shape_is_read_without_a_traceback(
     tmp_path: Path, body: bytes
 ) -> None:
     # A 200 says slurmrestd took the token (it refuses with 401, 403 or 511); what the body
-    # lacks is only the release. The checks after it fail on the fake's 404 pages.
+    # lacks is the release and the start count (a warning). The checks after it fail on the
+    # fake's 404 pages.
     answers = {r"/ping/$": PING_UP, r"/diag/$": answer(200, "OK", body, "application/json")}
     async with fake_slurmrestd(answers) as fake:
         checks = await slurm_checks(fake.url, tmp_path)
-    assert checks["token"].status == "ok"
-    assert checks["token"].detail == "accepted (diag answered, Slurm ?)"
+    assert checks["token"].status == "warn"
+    assert checks["token"].detail.startswith(
+        "accepted (diag answered, Slurm ?), but with no statistics.jobs_started"
+    )
     assert checks["partition"].status == "fail"
     assert checks["partition"].detail.startswith(
         "cannot read partition bridge: GET /partition/bridge: HTTP 404"

@@ -109,6 +109,19 @@ async def _diag(slurm: SlurmClient, user_name: str | None) -> Check:
     meta = data.get("meta")
     slurm_meta = meta.get("slurm") if isinstance(meta, dict) else None
     release = slurm_meta.get("release", "?") if isinstance(slurm_meta, dict) else "?"
+    stats = data.get("statistics")
+    started = stats.get("jobs_started") if isinstance(stats, dict) else None
+    if not isinstance(started, int) or isinstance(started, bool):
+        # The job watcher probes pending jobs when this count moves (worker/job_watcher.py).
+        return Check(
+            "Slurm",
+            "token",
+            "warn",
+            f"accepted (diag answered, Slurm {release}), but with no statistics.jobs_started: the job "
+            "watcher will ask for every pending job's state on every pass",
+            "the count is sdiag's 'Jobs started'; a slurmrestd whose /diag/ answer carries it keeps "
+            "the watcher's probes to the passes after Slurm started a job",
+        )
     return Check("Slurm", "token", "ok", f"accepted (diag answered, Slurm {release})")
 
 
