@@ -7,8 +7,10 @@ the job. The activities are stand-ins: this is about the workflow's own clockwor
 """
 
 import asyncio
+import os
 import uuid
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -35,6 +37,8 @@ from bridge.models import (
 )
 from testbed.waiting import until
 from workflows.placement import MAX_RECHECK, PlacementWorkflow
+
+HISTORIES = Path(__file__).parent.parent / "histories"
 
 POD = PodRef(namespace="team-a", name="notebook", uid="uid-1")
 RUNNING = JobEvent(job_id=7, states=["RUNNING"], nodes=["node-a"])
@@ -219,3 +223,8 @@ async def test_a_placement_no_node_fits_for_long_continues_as_new_and_binds_late
         )
         assert (await latest.result()).phase == "Done"
         assert [r.cancel_job for r in stand_ins.released] == [True]
+        if os.environ.get("SLURM_BRIDGE_RECORD_HISTORY"):
+            # The last run, continued before anything was submitted: it prepares again, submits,
+            # binds and ends (tests/unit/test_replay.py replays every golden history).
+            history = await latest.fetch_history()
+            (HISTORIES / "placement-continued-unschedulable.json").write_text(history.to_json())

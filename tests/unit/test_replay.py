@@ -3,8 +3,10 @@
 Each golden history is a real placement of today's one placement type
 (`PlacementWorkflow`), recorded with SLURM_BRIDGE_RECORD_HISTORY=1 by
 tests/e2e/test_placement.py (`placement-bound-done.json`), tests/e2e/test_slurm_outage.py
-(`placement-slurm-away.json`) and, a reset run on stand-in activities,
-tests/unit/test_placement_failures.py (`placement-reset-pods-finished.json`). Replaying
+(`placement-slurm-away.json`) and, on stand-in activities, a reset run by
+tests/unit/test_placement_failures.py (`placement-reset-pods-finished.json`) and a run
+continued while no node fitted by tests/unit/test_long_lives.py
+(`placement-continued-unschedulable.json`: it prepares again, submits, binds, ends). Replaying
 them with today's code fails with a NondeterminismError when a change alters the commands
 an existing history expects. While the project is 0.x such a change records the histories
 again; from the first release on it ships behind `workflow.patched()` or as a new type
