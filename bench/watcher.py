@@ -25,7 +25,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any, cast
@@ -76,11 +76,19 @@ class _TimedWatcher(JobWatcher):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.pass_seconds: list[float] = []
+        self._passed = asyncio.Condition()
 
     async def poll(self) -> None:
         started = time.perf_counter()
         await super().poll()
         self.pass_seconds.append(time.perf_counter() - started)
+        async with self._passed:
+            self._passed.notify_all()
+
+    async def pass_where(self, done: Callable[[], bool], timeout: float = 900.0) -> None:
+        """Until a pass ends with `done()` true."""
+        async with self._passed:
+            await asyncio.wait_for(self._passed.wait_for(done), timeout)
 
 
 @dataclass
@@ -147,12 +155,8 @@ async def measure(
     started = time.monotonic()
     loop = asyncio.create_task(watcher.run(), name="job watcher")
     try:
-        while watcher.job_gets < len(job_ids):
-            if loop.done():
-                loop.result()
-            await asyncio.sleep(0.1)
+        await watcher.pass_where(lambda: watcher.job_gets >= len(job_ids))  # every job read once
         first_read = time.monotonic() - started
-        await asyncio.sleep(2 * interval)  # the pass that read them is over
         passes = len(watcher.pass_seconds)
         transport.stats.reset()
         transport.query_chars = 0
