@@ -35,6 +35,7 @@ from bridge import hostlist
 from bridge.feasibility import ExclusionsByRules, node_name
 from bridge.models import installation_of, workflow_id_of
 from bridge.pod_events import claim_of, het_offset_label, job_id_label
+from bridge.translate import pod_key
 from clients.kube_client import Json, KubeClient
 from clients.slurm_client import SlurmClient
 from clients.slurm_errors import SlurmNotFound
@@ -182,7 +183,7 @@ class UnschedulableWakes:
             if not pods:
                 wake.append(workflow_id)  # nothing to compare with: woken, as every one was before
                 continue
-            view = (names, frozenset((_pod_name(pod), rules.reasons_of_pod(pod)) for pod in pods))
+            view = (names, frozenset((pod_key(pod), rules.reasons_of_pod(pod)) for pod in pods))
             views[workflow_id] = view
             if self._views.get(workflow_id) == view:
                 self.skipped += 1
@@ -190,8 +191,3 @@ class UnschedulableWakes:
                 wake.append(workflow_id)
         self._views = views  # memory follows the placements waiting for a node
         return wake
-
-
-def _pod_name(pod: Json) -> str:
-    meta = pod.get("metadata") or {}
-    return f"{meta.get('namespace')}/{meta.get('name')}"
