@@ -22,6 +22,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -151,6 +152,7 @@ class ExtraRestd:
 
     bed: SlurmTestBed = field(repr=False)
     port: int
+    slurm_conf: str | None = None  # inside the chroot; None: the bed's own /etc/slurm/slurm.conf
 
     @property
     def url(self) -> str:
@@ -166,9 +168,10 @@ class ExtraRestd:
         _run(["chroot", str(self.bed.root), "touch", log], timeout=30)
         _run(["chroot", str(self.bed.root), "chown", "slurmrestd", log], timeout=30)
         # rest_auth/jwt wants SLURM_JWT=daemon in slurmrestd's environment; it runs as slurmrestd.
+        conf = [f"SLURM_CONF={self.slurm_conf}"] if self.slurm_conf else []
         _run(
             [
-                "chroot", str(self.bed.root), "env", "SLURM_JWT=daemon",
+                "chroot", str(self.bed.root), "env", "SLURM_JWT=daemon", *conf,
                 "start-stop-daemon", "--start", "--background", "--make-pidfile",
                 "--pidfile", self._pidfile, "--chuid", "slurmrestd:slurmrestd", "--output", log,
                 "--exec", "/usr/sbin/slurmrestd", "--", "-a", "rest_auth/jwt", f"127.0.0.1:{self.port}",
@@ -188,11 +191,12 @@ class ExtraRestd:
     def stop(self) -> None:
         """SIGINT, as slurm-sid.sh stops its slurmrestd; returns once the process is gone."""
         pid = self.pid()
-        if pid is None:
-            return
-        os.kill(pid, signal.SIGINT)
-        wait_until(lambda: not Path(f"/proc/{pid}").exists(), f"slurmrestd {pid} stopped", timeout=15)
-        (self.bed.root / self._pidfile.lstrip("/")).unlink(missing_ok=True)
+        if pid is not None:
+            os.kill(pid, signal.SIGINT)
+            wait_until(lambda: not Path(f"/proc/{pid}").exists(), f"slurmrestd {pid} stopped", timeout=15)
+            (self.bed.root / self._pidfile.lstrip("/")).unlink(missing_ok=True)
+        if self.slurm_conf:  # a configuration of its own (unreachable_controller_slurmrestd)
+            shutil.rmtree(self.bed.root / Path(self.slurm_conf).parent.relative_to("/"), ignore_errors=True)
 
     def pid(self) -> int | None:
         """Its pid while it runs; only ever a process of the bed's chroot."""
@@ -205,6 +209,12 @@ class ExtraRestd:
         except OSError:
             return None
         return pid if root == os.path.realpath(self.bed.root) else None
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 class SlurmTestBed:
@@ -270,10 +280,31 @@ class SlurmTestBed:
 
     def extra_slurmrestd(self) -> ExtraRestd:
         """A slurmrestd of the caller's own on a free port (stop it with `.stop()`)."""
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = int(probe.getsockname()[1])
-        restd = ExtraRestd(self, port)
+        restd = ExtraRestd(self, _free_port())
+        restd.start()
+        return restd
+
+    def unreachable_controller_slurmrestd(self) -> ExtraRestd:
+        """A slurmrestd of the caller's own whose slurmctld never answers (stop it with `.stop()`).
+
+        It reads a copy of the bed's configuration that names port 1 as SlurmctldPort, where
+        nothing listens and nothing unprivileged can: to its clients it looks exactly like a
+        stopped slurmctld (502, error 1800 after slurmrestd's own retries), while every other
+        test keeps the shared slurmctld.
+        """
+        port = _free_port()
+        conf_dir = self.root / f"run/slurm/unreachable-{port}"
+        conf_dir.mkdir(parents=True, exist_ok=True)
+        source = self.root / "etc/slurm"
+        for name in ("gres.conf", "plugstack.conf"):  # read from slurm.conf's own directory
+            if (source / name).exists():
+                shutil.copy(source / name, conf_dir / name)
+        conf = (source / "slurm.conf").read_text()
+        (conf_dir / "slurm.conf").write_text(re.sub(r"(?m)^SlurmctldPort=.*$", "SlurmctldPort=1", conf))
+        conf_dir.chmod(0o755)
+        for path in conf_dir.iterdir():
+            path.chmod(0o644)
+        restd = ExtraRestd(self, port, slurm_conf=f"/run/slurm/unreachable-{port}/slurm.conf")
         restd.start()
         return restd
 
