@@ -56,10 +56,11 @@ def task_queue() -> str:
     return f"tq-{uuid.uuid4()}"
 
 
-# Tests run in several processes (pytest-xdist). A test marked `exclusive` stops a service every
-# test shares (slurmctld), so it takes this lock exclusively and every other test takes it shared:
-# it runs once the tests under way in the other processes are done, and none starts meanwhile.
-# The lock is the machine's, so test sessions running side by side keep out of its way too.
+# Tests run in several processes (pytest-xdist). A test marked `exclusive` stops a service the
+# Slurm tests share (slurmctld), so it takes this lock exclusively and every test on the Slurm bed
+# takes it shared: it runs once the Slurm tests under way in the other processes are done, and
+# none starts meanwhile. Tests that do not use the bed (nine in ten) take no lock: they run on
+# beside it. The lock is the machine's, so test sessions side by side keep out of its way too.
 SHARED_SERVICES_LOCK = Path("/var/cache/slurm-bridge/tests.lock")
 # flock(2) prefers no one: while shared holders come and go, an exclusive request can wait for
 # minutes (measured: 128 s with three processes). Every test passes through this gate first, and
@@ -80,6 +81,9 @@ def shared_services(request: pytest.FixtureRequest) -> Iterator[None]:
         finally:
             os.close(gate)  # closing releases it
         yield
+    if not exclusive and "slurm_bed" not in request.fixturenames:  # every fixture it uses, however deep
+        yield
+        return
     finally:
         os.close(lock)
 
@@ -149,8 +153,8 @@ def chart_identity(release_namespace: RealCluster) -> ChartIdentity:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The exclusive tests first, then the slow ones (stable otherwise). An exclusive test waits
-    for the tests under way in the other processes and holds them off while it runs: first, it
-    waits for short tests, not for a slow one (measured: up to 85 s behind a slow one). A slow
+    for the Slurm tests under way in the other processes and holds them off while it runs: first,
+    it waits for short tests, not for a slow one (measured: up to 85 s behind a slow one). A slow
     test collected last ends the run alone on one process while the others idle; early, the
     others work through the short ones meanwhile (with --dist worksteal they take them over)."""
 
