@@ -7,6 +7,7 @@ virtualenv, so nothing is downloaded. Each test gets its own task queue.
 import fcntl
 import os
 import shutil
+import signal
 import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -23,6 +24,15 @@ from testbed.kube_real.cluster import RealCluster
 from testbed.slurm_bed import SlurmBedError, SlurmTestBed
 from tests.deploy.chart import NAMESPACE, manifests
 from tests.deploy.real_chart import ChartIdentity, install_identity
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # A shell without job control starts a background command with SIGINT ignored (POSIX), and
+    # every process started from it inherits that: a worker the tests stop with SIGINT, as a
+    # terminal would, then never stops (seen: `./dev test &` in a script; the image's worker was
+    # killed after 20 s). This process and every one it starts take SIGINT as usual again.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def temporal_binary() -> str:
@@ -71,6 +81,9 @@ SHARED_SERVICES_GATE = Path("/var/cache/slurm-bridge/tests.gate")
 @pytest.fixture(autouse=True)
 def shared_services(request: pytest.FixtureRequest) -> Iterator[None]:
     exclusive = request.node.get_closest_marker("exclusive") is not None
+    if not exclusive and "slurm_bed" not in request.fixturenames:  # every fixture it uses, however deep
+        yield
+        return
     SHARED_SERVICES_LOCK.parent.mkdir(parents=True, exist_ok=True)
     gate = os.open(SHARED_SERVICES_GATE, os.O_RDWR | os.O_CREAT, 0o644)
     lock = os.open(SHARED_SERVICES_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
@@ -81,9 +94,6 @@ def shared_services(request: pytest.FixtureRequest) -> Iterator[None]:
         finally:
             os.close(gate)  # closing releases it
         yield
-    if not exclusive and "slurm_bed" not in request.fixturenames:  # every fixture it uses, however deep
-        yield
-        return
     finally:
         os.close(lock)
 
