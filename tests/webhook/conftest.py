@@ -132,7 +132,7 @@ def client_for(ca: trustme.CA, base_url: str, **kwargs: Any) -> httpx.Client:
 @pytest.fixture(scope="session")
 def server(cert_files: CertFiles) -> Iterator[RunningServer]:
     """The webhook as deployed: namespace `hpc` managed, the bridge's service account trusted."""
-    webhook = Webhook(policy=policy(), namespaces=StaticNamespaces([MANAGED_NS]), body_timeout=1.0)
+    webhook = Webhook(policy=policy(), namespaces=StaticNamespaces([MANAGED_NS]))
     running = start_webhook(webhook, ReloadingCertificate(cert_files.cert, cert_files.key))
     yield running
     running.stop()
