@@ -42,7 +42,7 @@ def report(r: Results) -> str:
     add(f"  set-up      {setup}; job watch interval {o.watch_interval:g} s")
     add(
         f"              one worker (placement unsandboxed as in production, reference sandboxed; "
-        f"SDK defaults, {r.cache_size} cached workflows); "
+        f"{r.activity_slots} activity slots, {r.cache_size} cached workflows); "
         "dev server with in-memory SQLite;"
     )
     add("              fake Kubernetes API in its own process")

@@ -116,6 +116,7 @@ def to_json(r: Results) -> dict[str, Any]:
         "rss_curve_kb": r.rss_curve,
         "in_flight": r.in_flight,
         "max_cached_workflows": r.cache_size,
+        "max_concurrent_activities": r.activity_slots,
         "hold_actions": r.hold_actions,
         "waiting_per_placement": {
             "actions": mean([c.billable_actions for c in r.waiting_costs]),

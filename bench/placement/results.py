@@ -88,6 +88,7 @@ class Results:
     rss_kb: dict[str, int | None] = field(default_factory=dict)
     in_flight: int | None = None
     cache_size: int | None = None  # the worker's max_cached_workflows
+    activity_slots: int | None = None  # the worker's max_concurrent_activities
     rss_curve: list[tuple[int, int | None]] = field(default_factory=list)  # (submitted, worker RSS)
     paused: Phase = field(default_factory=Phase)  # the job watcher paused: the Slurm daemons without it
     slurm_activities: RequestStats = field(default_factory=RequestStats)

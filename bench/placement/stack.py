@@ -82,6 +82,7 @@ class Bench(Scenarios):
                 ),
             )
             r.cache_size = settings.temporal_max_cached_workflows
+            r.activity_slots = settings.temporal_max_concurrent_activities
             slurm_kwargs: dict[str, Any] = {"user_name": self.bed.user_name, "token_file": self.bed.jwt_file}
             self.activity_slurm = ActivitySlurm(
                 self.bed.rest_url, counter=CountingTransport(), **slurm_kwargs
