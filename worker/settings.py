@@ -351,10 +351,13 @@ class WorkerSettings(LeaseSettings, TemporalSettings):
         validation_alias=env("HEALTH_PORT", "health_port"),
     )
     # Temporal worker tuning, passed to temporalio.worker.Worker as is. The
-    # defaults are the SDK's; the cache (workflows kept in memory between
-    # tasks, sticky execution) stays bounded, 0 turns it off.
+    # cache (workflows kept in memory between tasks, sticky execution) stays
+    # bounded, 0 turns it off.
+    # 20 activities, not the SDK's 100: they share one event loop with the workflow tasks that
+    # bind pods, and a burst of 100 submissions at once made a pod whose job runs wait seconds
+    # for its bind, for no more throughput (docs/temporal.md#worker-tuning).
     temporal_max_concurrent_activities: int = Field(
-        100,
+        20,
         ge=1,
         le=10_000,
         description="activities run at once",

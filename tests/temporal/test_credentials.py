@@ -275,7 +275,7 @@ def test_tuning_defaults_are_the_sdks_and_empty_files_mean_unset(
     assert settings.temporal_tls_cert_file is None
     assert settings.temporal_tls_server_name is None
     assert not settings.temporal_tls_enabled
-    assert settings.temporal_max_concurrent_activities == 100
+    assert settings.temporal_max_concurrent_activities == 20
     assert settings.temporal_max_concurrent_workflow_tasks == 100
     assert settings.temporal_max_cached_workflows == 50
 
