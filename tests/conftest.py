@@ -73,8 +73,9 @@ def task_queue() -> str:
 # beside it. The lock is the machine's, so test sessions side by side keep out of its way too.
 SHARED_SERVICES_LOCK = Path("/var/cache/slurm-bridge/tests.lock")
 # flock(2) prefers no one: while shared holders come and go, an exclusive request can wait for
-# minutes (measured: 128 s with three processes). Every test passes through this gate first, and
-# an exclusive one holds it while it waits, so no shared holder starts meanwhile.
+# minutes (measured: 128 s with three processes). Every test that takes the lock passes through
+# this gate first, and an exclusive one holds it while it waits, so no shared holder starts
+# meanwhile.
 SHARED_SERVICES_GATE = Path("/var/cache/slurm-bridge/tests.gate")
 
 
