@@ -266,29 +266,31 @@ class ExclusionsByRules:
     ) -> None:
         self._nodes = nodes
         self._tolerated = tolerated_by_bridge
-        # rule set → (Kubernetes node, kube-scheduler's reason) of each node it keeps the pod off
-        self._by_rules: dict[str, frozenset[tuple[str, str]]] = {}
-        self._slurm_names: dict[str, frozenset[str]] = {}
+        self._slurm_of = {node_name(node): slurm_node_name(node) for node in nodes}
+        # rule set → the nodes it keeps a pod off: (Kubernetes node, kube-scheduler's reason) of
+        # each, and their Slurm names
+        self._by_rules: dict[str, tuple[frozenset[tuple[str, str]], frozenset[str]]] = {}
 
-    def reasons_of_pod(self, pod: Pod) -> frozenset[tuple[str, str]]:
-        """(node, why) for every node the pod may not run on: all that `group_feasibility`'s
-        verdict and summary for the pod's group depend on, besides the nodes themselves."""
+    def _of(self, pod: Pod) -> tuple[frozenset[tuple[str, str]], frozenset[str]]:
         key = rules_key(pod)
         found = self._by_rules.get(key)
         if found is None:
             exclusions = (
                 pod_exclusion(pod, node, tolerated_by_bridge=self._tolerated) for node in self._nodes
             )
-            found = frozenset((e.node, e.scheduler_reason) for e in exclusions if e is not None)
+            reasons = frozenset((e.node, e.scheduler_reason) for e in exclusions if e is not None)
+            found = reasons, frozenset(self._slurm_of[name] for name, _ in reasons)
             self._by_rules[key] = found
-            slurm_of = {node_name(node): slurm_node_name(node) for node in self._nodes}
-            self._slurm_names[key] = frozenset(slurm_of[name] for name, _ in found)
         return found
+
+    def reasons_of_pod(self, pod: Pod) -> frozenset[tuple[str, str]]:
+        """(node, why) for every node the pod may not run on: all that `group_feasibility`'s
+        verdict and summary for the pod's group depend on, besides the nodes themselves."""
+        return self._of(pod)[0]
 
     def of_pod(self, pod: Pod) -> frozenset[str]:
         """The Slurm names of the nodes the pod may not run on."""
-        self.reasons_of_pod(pod)
-        return self._slurm_names[rules_key(pod)]
+        return self._of(pod)[1]
 
     def of_group(self, pods: Sequence[Pod]) -> frozenset[str]:
         """A node is the group's only if it is every pod's: the union of the pods' exclusions."""
