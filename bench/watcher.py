@@ -155,7 +155,14 @@ async def measure(
     started = time.monotonic()
     loop = asyncio.create_task(watcher.run(), name="job watcher")
     try:
-        await watcher.pass_where(lambda: watcher.job_gets >= len(job_ids))  # every job read once
+        # Every job read once, or the watcher's own end (its error) if it stops first.
+        passed = asyncio.create_task(watcher.pass_where(lambda: watcher.job_gets >= len(job_ids)))
+        await asyncio.wait({passed, loop}, return_when=asyncio.FIRST_COMPLETED)
+        if not passed.done():
+            passed.cancel()
+            loop.result()
+            raise RuntimeError("the job watcher stopped before it had read every job")
+        passed.result()
         first_read = time.monotonic() - started
         passes = len(watcher.pass_seconds)
         transport.stats.reset()
