@@ -1,4 +1,4 @@
-"""Node sync's I/O, as Temporal activities: read both sides, apply a planned batch.
+"""Node sync's I/O, as Temporal activities: read both sides and plan, apply a planned batch.
 
 Reading raises on any failure, so no plan is ever made from partial data.
 Applying is idempotent (a retried batch changes nothing twice) and re-checks
@@ -19,7 +19,6 @@ from activities.node_source import unbound_bridge_pods
 from bridge import hostlist, keys
 from bridge.device_classes import DEFAULT_DEVICE_CLASSES, DeviceClasses
 from bridge.dra import RESOURCE_GROUP, dra_gpu_counts
-from bridge.models import NodeSnapshotInput
 from bridge.node_actions import (
     DEFAULT_INSTALLATION,
     DELETED,
@@ -36,6 +35,8 @@ from bridge.node_actions import (
     NodeAction,
     NodeActions,
     NodeSnapshot,
+    NodeSyncPlan,
+    NodeSyncRequest,
     RemoveTaint,
     ReportEvent,
     UndrainSlurmNode,
@@ -51,6 +52,7 @@ from bridge.node_facts import (
     kube_node_view,
     slurm_node_view,
 )
+from bridge.node_sync import most_urgent, plan
 from bridge.pod_events import job_id_label
 from bridge.slurm_api import JobDescMsg, UpdateNodeMsg
 from clients.kube_client import (
@@ -102,8 +104,31 @@ class NodeActivities:
 
     # -- reading -------------------------------------------------------------
 
-    @activity.defn(name="read_node_snapshot")
-    async def read_node_snapshot(self, given: NodeSnapshotInput) -> NodeSnapshot:
+    @activity.defn(name="plan_node_sync")
+    async def plan_node_sync(self, request: NodeSyncRequest) -> NodeSyncPlan:
+        """Read both sides and plan; the plan's most urgent `max_actions` for this run.
+
+        Planned here rather than in the workflow: both sides in full are about 0.4 KiB a node
+        each, above Temporal's payload limit (2 MB) from a few thousand nodes, while the plan
+        is as large as the changes and bounded by `max_actions`."""
+        snapshot = await self.read_snapshot()
+        actions = plan(
+            snapshot,
+            scheduler_name=request.scheduler_name,
+            default_partition=request.default_partition,
+            installation=request.installation,
+        )
+        chosen, deferred = most_urgent(actions, request.max_actions)
+        if deferred:
+            log.info("node sync: %d actions planned, %d left for the next run", len(actions), deferred)
+        return NodeSyncPlan(
+            kube_nodes=len(snapshot.kube_nodes),
+            slurm_nodes=len(snapshot.slurm_nodes),
+            actions=chosen,
+            deferred=deferred,
+        )
+
+    async def read_snapshot(self) -> NodeSnapshot:
         """Both sides in full, or an exception: a partial read must never become a plan."""
         listed = await self.kube.request("GET", api_path("nodes"))
         dra_gpus = await self._dra_gpus()

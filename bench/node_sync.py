@@ -3,19 +3,20 @@
     python -m bench.node_sync [--nodes 1000] [--steady 5] [--json FILE]
 
 What one run of NodeSyncWorkflow does (workflows/node_sync.py), without Temporal: node sync's
-own read (activities/nodes.py), plan (bridge/node_sync.py) and apply, in batches of the
-workflow's size, against the real Slurm bed and the fake Kubernetes API (testbed/kube_fake,
+own read (activities/nodes.py), plan and one run's share of it (bridge/node_sync.py), and apply
+in batches of the workflow's size, against the real Slurm bed and the fake Kubernetes API (testbed/kube_fake,
 in this process: the real API server's test bed is not set up for a thousand nodes). Phases:
 
-1. **register**: `--nodes` Kubernetes nodes labelled for registration, none in Slurm yet;
+1. **register**: `--nodes` Kubernetes nodes labelled for registration, none in Slurm yet (as
+   many runs as the limit of actions per run takes);
 2. **steady**: `--steady` runs with nothing to do (what every scheduled run costs);
 3. **cordon**: a tenth of the nodes cordoned, drained in Slurm by the next run;
 4. **remove**: every node deleted from Kubernetes, drained and deleted in Slurm.
 
-For each run: seconds to read, plan and apply; actions planned; Slurm and Kubernetes requests;
-and the size of the read's result as JSON, which Temporal stores in the run's history (its
-payload limit is 2 MB). Figures are printed, never asserted. Every Slurm node it made is
-deleted at the end.
+For each run: seconds to read, plan and apply; actions applied and left for the next run; Slurm
+and Kubernetes requests; the size of both sides read in full, and of the plan, the planning
+activity's result, which Temporal stores in the run's history (its payload limit is 2 MB).
+Figures are printed, never asserted. Every Slurm node it made is deleted at the end.
 """
 
 import argparse
@@ -31,9 +32,8 @@ from activities.nodes import NodeActivities
 from bench.placement.environment import connect_slurm, say
 from bench.probes import CountingTransport
 from bridge import keys
-from bridge.models import NodeSnapshotInput
-from bridge.node_actions import NodeActions
-from bridge.node_sync import plan
+from bridge.node_actions import MAX_ACTIONS_PER_RUN, NodeActions, NodeSyncPlan
+from bridge.node_sync import most_urgent, plan
 from clients.kube_client import KubeClient
 from clients.slurm_client import SlurmClient
 from testbed.kube_fake.server import FakeKubeServer
@@ -53,7 +53,9 @@ class Run:
     failed: int
     slurm_requests: int
     kube_requests: int
-    snapshot_bytes: int  # the read's result as JSON: what Temporal keeps per run
+    deferred: int  # actions left for the next run (beyond MAX_ACTIONS_PER_RUN)
+    snapshot_bytes: int  # both sides in full as JSON: stays inside the planning activity
+    plan_bytes: int  # the planning activity's result as JSON: what Temporal keeps per run
 
 
 class NodeSyncBench:
@@ -75,9 +77,17 @@ class NodeSyncBench:
         slurm_before = sum(self.counter.stats.count.values())
         kube_before = len(self.kube_server.requests)
         started = time.perf_counter()
-        snapshot = await self.nodes.read_node_snapshot(NodeSnapshotInput())
+        snapshot = await self.nodes.read_snapshot()
         read = time.perf_counter()
-        actions = plan(snapshot, scheduler_name=SCHEDULER, default_partition=DEFAULT_PARTITION)
+        actions, deferred = most_urgent(
+            plan(snapshot, scheduler_name=SCHEDULER, default_partition=DEFAULT_PARTITION), MAX_ACTIONS_PER_RUN
+        )
+        result = NodeSyncPlan(
+            kube_nodes=len(snapshot.kube_nodes),
+            slurm_nodes=len(snapshot.slurm_nodes),
+            actions=actions,
+            deferred=deferred,
+        )
         planned = time.perf_counter()
         failed = 0
         for batch in batches(actions, BATCH_SIZE):
@@ -93,7 +103,9 @@ class NodeSyncBench:
             failed=failed,
             slurm_requests=sum(self.counter.stats.count.values()) - slurm_before,
             kube_requests=len(self.kube_server.requests) - kube_before,
+            deferred=deferred,
             snapshot_bytes=len(snapshot.model_dump_json()),
+            plan_bytes=len(result.model_dump_json()),
         )
 
 
@@ -111,6 +123,8 @@ async def amain(options: argparse.Namespace) -> list[Run]:
                 name, cpu="64", memory="257000Mi", labels={keys.LABEL_EXTERNAL_NODE: "true"}
             )
         runs.append(await bench.run("register"))
+        while runs[-1].deferred:  # at most MAX_ACTIONS_PER_RUN a run
+            runs.append(await bench.run("register (the rest)"))
         for _ in range(options.steady):
             runs.append(await bench.run("steady"))
         say("a tenth of the nodes cordoned")
@@ -146,7 +160,9 @@ def print_runs(runs: Sequence[Run], nodes: int) -> None:
         "failed",
         "Slurm req.",
         "Kube req.",
-        "read result",
+        "left",
+        "both sides",
+        "plan result",
     ]
     print("| " + " | ".join(columns) + " |")
     print("|" + "---|" * len(columns))
@@ -160,7 +176,9 @@ def print_runs(runs: Sequence[Run], nodes: int) -> None:
             run.failed,
             run.slurm_requests,
             run.kube_requests,
+            run.deferred,
             f"{run.snapshot_bytes / 1024:,.0f} KiB",
+            f"{run.plan_bytes / 1024:,.0f} KiB",
         ]
         print("| " + " | ".join(str(cell) for cell in cells) + " |")
 

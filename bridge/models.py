@@ -444,10 +444,6 @@ class TellPodsInput(Frozen):
     warning: bool = False
 
 
-class NodeSnapshotInput(Frozen):
-    """Input of node sync's read_node_snapshot: nothing yet (it reads both sides in full)."""
-
-
 class PlacementCarry(BaseModel):
     """A placement's state across continue-as-new (same workflow id, same generation)."""
 

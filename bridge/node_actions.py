@@ -1,7 +1,9 @@
 """Messages of node sync: the snapshot it reads, the actions it plans, what it reports.
 
-Small pydantic models: they cross the Temporal data converter and are what the
-Temporal UI shows for each run (what the bridge saw, what it decided, what it did).
+Small pydantic models. The plan and the reports cross the Temporal data converter and are
+what the Temporal UI shows for each run (what the bridge decided, what it did); the snapshot
+stays inside the planning activity, since both sides in full outgrow Temporal's payload limit
+at a few thousand nodes.
 """
 
 import json
@@ -34,6 +36,10 @@ MANAGED_BY = "slurm-bridge"
 
 
 DEFAULT_INSTALLATION = keys.DEFAULT_INSTALLATION
+# Actions one run applies at most; the rest wait for the next run. Keeps a run's plan (about
+# 0.4 KiB an action) below Temporal's 512 KB payload warning, and a run to about ten seconds
+# of requests (about 10 ms an action).
+MAX_ACTIONS_PER_RUN = 1000
 
 
 def ownership_comment(scheduler_name: str, kube_node: str, installation: str = DEFAULT_INSTALLATION) -> str:
@@ -76,10 +82,14 @@ class NodeSyncRequest(Frozen):
     scheduler_name: str
     default_partition: str  # features of an external node without the partitions annotation
     installation: str = DEFAULT_INSTALLATION  # whose external nodes these are (the comment says)
+    max_actions: int = Field(MAX_ACTIONS_PER_RUN, ge=1)
 
 
 class NodeSnapshot(BaseModel):
-    """Everything one run decides on, read in one go (trimmed to what the plan needs)."""
+    """Everything one run decides on, read in one go (trimmed to what the plan needs).
+
+    Never an activity's result: about 0.4 KiB a node on each side.
+    """
 
     kube_nodes: list[Json]
     slurm_nodes: list[Json]
@@ -246,10 +256,20 @@ class ApplyReport(BaseModel):
     failed: list[str] = Field(default_factory=list)  # refused for good; reported as an Event
 
 
+class NodeSyncPlan(BaseModel):
+    """What one run will do: the most urgent actions, and how many wait for the next run."""
+
+    kube_nodes: int
+    slurm_nodes: int
+    actions: list[NodeAction]
+    deferred: int = 0
+
+
 class NodeSyncResult(ApplyReport):
     kube_nodes: int = 0
     slurm_nodes: int = 0
     planned: list[str] = Field(default_factory=list)
+    deferred: int = 0  # actions planned beyond the run's limit, left for the next run
 
     def add(self, report: ApplyReport) -> None:
         self.applied += report.applied

@@ -1,9 +1,10 @@
 """Node sync's decisions: Kubernetes nodes + Slurm nodes → the actions that bring them in line.
 
-Pure: no I/O, no clock, sorted iteration (the plan is made inside the workflow,
-so a replay must produce the same actions). A plan is only ever made from a
-complete snapshot: a failed read raises before this module is reached, so no
-taint is removed, no node undrained or deleted on missing data.
+Pure: no I/O, no clock, sorted iteration, so one snapshot always gives one plan.
+A plan is only ever made from a complete snapshot: a failed read raises before
+this module is reached, so no taint is removed, no node undrained or deleted on
+missing data. A run applies at most `max_actions` of the plan, most urgent first
+(`most_urgent`); the rest wait for the next run.
 
 The rules, per Kubernetes node (Slurm name: label `slinky.slurm.net/slurm-nodename`,
 else the node's own name):
@@ -108,6 +109,46 @@ def plan(
         if registered_by_us(node, scheduler_name, installation):
             actions += _removal(ctx, None, node, "its Kubernetes node is gone")
     return actions
+
+
+# -- one run's share -------------------------------------------------------------
+
+# Most urgent first: what keeps Slurm jobs and pods off a node that should not take them, then
+# capacity coming back, then registrations, then removals and reports (those are also the ones
+# planned again and again while they wait: a delete for a job to end, a conflict to be fixed).
+URGENCY: tuple[type[NodeAction], ...] = (
+    DrainSlurmNode,
+    AddTaint,
+    UndrainSlurmNode,
+    RemoveTaint,
+    UpdateSlurmNode,
+    CreateSlurmNode,
+    DeleteSlurmNode,
+    ReportEvent,
+)
+
+
+def by_subject(actions: list[NodeAction]) -> list[list[NodeAction]]:
+    """The actions per node, in plan order: one node's actions depend on each other."""
+    groups: dict[str, list[NodeAction]] = {}
+    for action in actions:
+        groups.setdefault(action.subject, []).append(action)
+    return list(groups.values())
+
+
+def most_urgent(actions: list[NodeAction], limit: int) -> tuple[list[NodeAction], int]:
+    """Whole nodes' actions, the most urgent node first, while they fit in `limit` (at least
+    one node's); and how many actions are left for the next run."""
+    groups = sorted(by_subject(actions), key=lambda group: min(URGENCY.index(type(a)) for a in group))
+    chosen: list[NodeAction] = []
+    for group in groups:
+        if chosen and len(chosen) + len(group) > limit:
+            break
+        chosen += group
+    return chosen, len(actions) - len(chosen)
+
+
+# -- the rules ------------------------------------------------------------------
 
 
 @dataclass(frozen=True)

@@ -125,7 +125,7 @@ class Bridge:
             workflows=[PlacementWorkflow, NodeSyncWorkflow, SweepWorkflow],
             activities=[
                 *placement_activities.all(),
-                node_activities.read_node_snapshot,
+                node_activities.plan_node_sync,
                 node_activities.apply_node_actions,
                 sweep_activities.scan,
                 sweep_activities.heal,

@@ -18,7 +18,7 @@ from temporalio.service import RPCError
 from temporalio.worker import Replayer
 
 from bridge import hostlist, keys
-from bridge.node_actions import PARTITION_NOT_FOUND, REGISTERED, owned_by
+from bridge.node_actions import PARTITION_NOT_FOUND, REGISTERED, NodeSyncRequest, NodeSyncResult, owned_by
 from bridge.node_facts import is_busy
 from bridge.slurm_api import API_VERSIONS, JobDescMsg
 from clients.kube_client import KubeClient, load_configuration
@@ -132,7 +132,7 @@ async def test_a_labelled_node_is_registered_with_its_resources_and_kept_in_step
     assert not drained(again)
     assert (await stack.sync()).planned == []
 
-    # The plan is made inside the workflow: a run must replay with the code that made it.
+    # A run must replay with the code that made it.
     recent = (await stack.temporal.get_schedule_handle(stack.schedule_id).describe()).info.recent_actions
     history = await stack.temporal.get_workflow_handle(workflow_id(recent[-1].action)).fetch_history()
     replayer = Replayer(workflows=[NodeSyncWorkflow], data_converter=pydantic_data_converter)
@@ -417,6 +417,64 @@ async def test_unreachable_slurm_or_kubernetes_fails_the_run_and_changes_nothing
     registered = await stack.slurm_node(node)
     assert registered is not None
     assert not drained(registered)
+
+
+# Plain nodes enough that both sides in full are well above Temporal's 2 MB payload limit
+# (a node's view is about 0.4 KiB); on the fake API server, since the real one's test bed is
+# shared and every other test's node watcher would see them.
+MANY_NODES = 8000
+
+
+async def test_a_site_of_thousands_of_nodes_is_synced_in_bounded_payloads(make_nodes: MakeNodes) -> None:
+    stack = await make_nodes()
+    for index in range(MANY_NODES):
+        stack.kube.create_node(stack.name(f"plain-{index:05}"))
+    partition = stack.make_partition()
+    node = stack.add_external_node("ext", partition.name)
+
+    result = await stack.sync(timeout=120)
+
+    assert result.kube_nodes >= MANY_NODES + 1
+    assert result.failed == []
+    registered = [line for line in result.applied if line.startswith("register ")]
+    assert len(registered) == 1
+    assert registered[0].startswith(f"register Slurm node {node} ")
+    assert stack.tainted(node)
+    recent = (await stack.temporal.get_schedule_handle(stack.schedule_id).describe()).info.recent_actions
+    history = await stack.temporal.get_workflow_handle(workflow_id(recent[-1].action)).fetch_history()
+    largest = max(event.ByteSize() for event in history.events)
+    assert largest < 512 * 1024  # below Temporal's warning, let alone its refusal
+
+
+async def test_changes_beyond_a_runs_limit_are_left_to_the_next_runs(make_nodes: MakeNodes) -> None:
+    stack = await make_nodes()
+    # Runs of our own, with a limit of two actions: the schedule must not start any meanwhile.
+    await stack.temporal.get_schedule_handle(stack.schedule_id).pause(note="runs started by the test")
+    partition = stack.make_partition()
+    nodes = [stack.add_external_node(f"ext{index}", partition.name) for index in range(3)]
+    settings = stack.settings
+    request = NodeSyncRequest(
+        scheduler_name=settings.scheduler_name,
+        default_partition=settings.partition,
+        installation=settings.installation_id,
+        max_actions=2,  # one node's registration and taint
+    )
+
+    async def run() -> NodeSyncResult:
+        return await stack.temporal.execute_workflow(
+            NodeSyncWorkflow.run,
+            request,
+            id=f"{stack.prefix}-limited-{secrets.token_hex(3)}",
+            task_queue=settings.temporal_task_queue,
+        )
+
+    runs = [await run() for _ in range(4)]
+
+    assert [r.deferred for r in runs] == [4, 2, 0, 0]
+    assert [len(r.applied) for r in runs] == [2, 2, 2, 0]
+    for node in nodes:
+        assert await stack.slurm_node(node) is not None
+        assert stack.tainted(node)
 
 
 @pytest.mark.exclusive  # stops slurmctld, which every other test uses

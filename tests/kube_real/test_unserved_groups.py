@@ -23,7 +23,7 @@ from activities.nodes import NodeActivities
 from bridge import keys
 from bridge.dra import RESOURCE_GROUP
 from bridge.grouping import LABEL_POD_GROUP, GroupError, PodGroupNotFound, resolve
-from bridge.models import NodeSnapshotInput, PodRef
+from bridge.models import PodRef
 from bridge.node_actions import CreateSlurmNode
 from bridge.node_sync import plan
 from clients.kube_client import KubeClient, KubeNotFound, api_path, load_configuration
@@ -82,7 +82,7 @@ async def test_node_sync_reads_its_snapshot_without_dra_and_registers_a_labelled
     real_cluster.create_node(name, labels={keys.LABEL_EXTERNAL_NODE: "true"})
     nodes = NodeActivities(kube, slurm, scheduler_name=SCHEDULER)
 
-    snapshot = await nodes.read_node_snapshot(NodeSnapshotInput())
+    snapshot = await nodes.read_snapshot()
 
     [view] = [n for n in snapshot.kube_nodes if n["metadata"]["name"] == name]
     assert view["metadata"]["labels"] == {keys.LABEL_EXTERNAL_NODE: "true"}

@@ -20,7 +20,6 @@ from activities.errors import classify
 from activities.nodes import NodeActivities
 from bridge import keys
 from bridge.failures import KUBE_REJECTED
-from bridge.models import NodeSnapshotInput
 from clients.informer import Backoff, EventType, Informer
 from clients.kube_client import (
     MERGE_PATCH,
@@ -414,4 +413,4 @@ async def test_node_sync_never_plans_from_a_node_list_that_came_back_404(
     )
     nodes = NodeActivities(client, cast(SlurmClient, None), scheduler_name=keys.DEFAULT_SCHEDULER_NAME)
     with pytest.raises(KubeNotFound, match="404 page not found"):
-        await nodes.read_node_snapshot(NodeSnapshotInput())  # raises before Slurm is asked
+        await nodes.read_snapshot()  # raises before Slurm is asked

@@ -34,7 +34,7 @@ from bridge.node_actions import (
     ownership_comment,
 )
 from bridge.node_facts import gpu_count, kube_node_view, slurm_node_view, watch_signature
-from bridge.node_sync import plan
+from bridge.node_sync import most_urgent, plan
 from workflows.node_sync import batches
 
 SCHEDULER = "slurm-bridge-scheduler"
@@ -497,7 +497,7 @@ def test_an_idle_node_is_re_registered_at_once(state: tuple[str, ...]) -> None:
 )
 def test_gpus_a_dra_driver_publishes_are_registered_once(plugin: str | None, dra: int, gres: str) -> None:
     node = external(gpus={"nvidia.com/gpu": plugin} if plugin else None)
-    # As read_node_snapshot builds it, with the GPUs of the node's ResourceSlices.
+    # As read_snapshot builds it, with the GPUs of the node's ResourceSlices.
     view = kube_node_view(node, dra_gpus=dra)
     assert view["status"].get(DRA_GPUS) == (dra or None)
     snapshot = NodeSnapshot(kube_nodes=[view], slurm_nodes=[], partitions=["p1"])
@@ -667,6 +667,39 @@ def test_batches_never_split_one_nodes_actions() -> None:
     for i, first in enumerate(subjects):
         for later in subjects[i + 1 :]:
             assert not first & later
+
+
+def test_a_run_takes_whole_nodes_most_urgent_first_and_counts_the_rest() -> None:
+    kube_nodes, slurm_nodes = cluster()
+    actions = run_plan(kube_nodes, slurm_nodes)
+
+    chosen, left = most_urgent(actions, 5)
+
+    # Drains first (they keep Slurm jobs off the node), then the taint, then registration;
+    # the orphan's delete and the report wait, and nothing is dropped or counted twice.
+    assert [(a.subject, a.kind) for a in chosen] == [
+        ("leaving", "drain_slurm_node"),
+        ("leaving", "delete_slurm_node"),
+        ("leaving", "remove_taint"),
+        ("managed", "add_taint"),
+        ("managed", "drain_slurm_node"),
+    ]
+    assert left == len(actions) - 5 == 4
+    everything, none_left = most_urgent(actions, len(actions))
+    assert none_left == 0
+    assert sorted(a.model_dump_json() for a in everything) == sorted(a.model_dump_json() for a in actions)
+
+
+def test_a_run_never_splits_a_node_and_always_takes_one() -> None:
+    kube_nodes, slurm_nodes = cluster()
+    actions = run_plan(kube_nodes, slurm_nodes)
+    for limit in range(1, len(actions) + 1):
+        chosen, left = most_urgent(actions, limit)
+        subjects = {a.subject for a in chosen}
+        assert chosen, limit
+        assert len(chosen) <= max(limit, 3)  # the largest node's actions, if alone over the limit
+        assert [a for a in actions if a.subject in subjects] == sorted(chosen, key=actions.index)
+        assert left == len(actions) - len(chosen)
 
 
 # -- helpers ----------------------------------------------------------------------
