@@ -42,7 +42,6 @@ from activities.slurm import SlurmActivities
 from bridge import hostlist, keys
 from bridge.components import component_summary
 from bridge.device_classes import DEFAULT_DEVICE_CLASSES, DeviceClasses
-from bridge.failures import SLURM_UNAVAILABLE
 from bridge.feasibility import excluded_slurm_nodes, group_feasibility
 from bridge.models import (
     ENDED_JOB_STATES,
@@ -585,10 +584,11 @@ class PlacementActivities:
     @activity.defn(name="report_slurm_unavailable")
     @classified
     async def report_slurm_unavailable(self, given: SlurmUnavailableInput) -> None:
-        """Why the pods wait while Slurm is away: a Warning Event, and PodScheduled=False if not bound."""
+        """Why the pods wait on Slurm (away, or taking no new job): a Warning Event, and
+        PodScheduled=False if not bound."""
         if given.condition:
-            await self.kube.set_unschedulable(given.pods, SLURM_UNAVAILABLE, given.message)
-        await self.kube.record_event(given.pods, SLURM_UNAVAILABLE, given.message, True)
+            await self.kube.set_unschedulable(given.pods, given.reason, given.message)
+        await self.kube.record_event(given.pods, given.reason, given.message, True)
 
     @activity.defn(name="tell_pods")
     @classified

@@ -1,16 +1,16 @@
 """Slurm side effects of a placement, around one SlurmClient, for its activities (activities/placement.py)."""
 
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from bridge import keys
 from bridge.components import component_summary
-from bridge.failures import SLURM_REJECTED
+from bridge.failures import SLURM_BUSY, SLURM_REJECTED
 from bridge.models import JobDescription, SubmitResult, admin_comment_pods
 from bridge.slurm_api import JobDescMsg
 from bridge.slurm_jobs import het_offset, is_live, job_event, placement_of
 from clients.slurm_client import SlurmClient
-from clients.slurm_errors import SlurmNotFound, SlurmRejected
+from clients.slurm_errors import SlurmBusy, SlurmNotFound, SlurmRejected
 
 # Temporal's activity logger: each line carries the workflow and activity ids.
 log = activity.logger
@@ -69,6 +69,16 @@ class SlurmActivities:
                 )
             else:
                 job_id = await self.slurm.submit_job(JobDescMsg.model_validate(job.to_slurm()))
+        except SlurmBusy as error:
+            # Handed to the workflow, which submits again after a pause: Temporal's own retries
+            # would treat the next attempt as a recovery and list Slurm's jobs first, although
+            # this answer says no job was made, on a Slurm that is already at its limit.
+            raise ApplicationError(
+                f"Slurm takes no new job now: {error.message}",
+                type=SLURM_BUSY,
+                non_retryable=True,
+                category=ApplicationErrorCategory.BENIGN,
+            ) from error
         except SlurmRejected as error:
             if job.components:
                 shape = component_summary([len(c.pod_keys) for c in job.components])

@@ -8,3 +8,4 @@ KUBE_REJECTED = "KubernetesRejected"  # the API server refused; asking again can
 SLURM_REJECTED = "SlurmRejected"  # slurmrestd refused the job or the update
 UNDECODABLE = "UndecodableAnswer"  # an answer that does not decode as what was asked for
 SLURM_UNAVAILABLE = "SlurmUnavailable"  # Slurm confirmed away: the workflow waits for it
+SLURM_BUSY = "SlurmBusy"  # Slurm takes no new job now (its job queue is full): submit later

@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from bridge import hostlist
+from bridge.failures import SLURM_UNAVAILABLE
 
 
 class Frozen(BaseModel):
@@ -331,7 +332,7 @@ class PlacementState(BaseModel):
     claims: list[str] = Field(default_factory=list)  # ResourceClaims pinning Slurm's devices, "ns/name"
     failure: str = ""
     end_reason: str = ""  # why the job ended under running pods (PreemptedBySlurm, SlurmTimeLimit, …)
-    slurm_unavailable: str = ""  # while a step waits for Slurm to answer again: why it does not
+    slurm_unavailable: str = ""  # while a step waits for Slurm (away, or taking no new job): why
     history: list[PhaseChange] = Field(default_factory=list)
 
 
@@ -428,11 +429,12 @@ class CheckJobInput(Frozen):
 
 
 class SlurmUnavailableInput(Frozen):
-    """Why the pods wait while Slurm is away (report_slurm_unavailable)."""
+    """Why the pods wait on Slurm (report_slurm_unavailable): it is away, or takes no new job."""
 
     pods: list[PodRef]
     message: str
     condition: bool  # also PodScheduled=False (pods not bound yet)
+    reason: str = SLURM_UNAVAILABLE  # the Event's and the condition's reason (or SLURM_BUSY)
 
 
 class TellPodsInput(Frozen):

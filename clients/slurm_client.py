@@ -60,7 +60,9 @@ from clients.slurm_errors import (
     ESLURM_ALREADY_DONE,
     JOB_MISSING,
     NODE_MISSING,
+    SUBMIT_BUSY,
     SlurmAuthError,
+    SlurmBusy,
     SlurmError,
     SlurmErrorDetail,
     SlurmNotFound,
@@ -211,7 +213,14 @@ class SlurmClient:
         return await self._submit(V0044JobSubmitReq(jobs=list(components)))
 
     async def _submit(self, body: V0044JobSubmitReq) -> int:
-        data = await self._call("POST", "/job/submit", body=body)
+        try:
+            data = await self._call("POST", "/job/submit", body=body)
+        except SlurmRejected as error:
+            if not error.error_numbers & SUBMIT_BUSY:
+                raise
+            raise SlurmBusy(
+                error.message, operation=error.operation, status=error.status, errors=error.errors
+            ) from None
         answer = parse_answer(V0044OpenapiJobSubmitResponse, data, "POST /job/submit")
         if answer.job_submit_user_msg:
             log.info("slurm job_submit: %s", answer.job_submit_user_msg)

@@ -17,6 +17,9 @@ as observed against slurmrestd 26.05.5 (v0.0.44, accounting_storage/none):
                     a field of the wrong type: 200 with only a warning and NO job_id;
                     update of a running job's size: 422, 2073; node busy on delete: 422,
                     2016; node exists on create: 422, 2168; unparsable node_conf: 500, -1.
+  SlurmBusy         a submission while slurmctld holds MaxJobCount jobs (ended ones count
+                    until MinJobAge): 422, error 2007 "MaxJobCount limit reached"; sbatch
+                    sleeps and retries it, and 2016 (job creation paused), itself.
   SlurmUnavailable  connection refused/reset, timeouts; slurmctld stopped: 502, error 1800
                     after slurmrestd's own 10 s timeout (GET /jobs, /nodes, /partition,
                     POST /job/submit, /new/node), 500 with error -1 after 20 s (GET /job/ID,
@@ -44,6 +47,7 @@ EPERM = 1
 SLURM_UNEXPECTED_MSG_ERROR = 1000
 SLURM_PROTOCOL_AUTHENTICATION_ERROR = 1007
 SLURMCTLD_COMMUNICATIONS_CONNECTION_ERROR = 1800
+ESLURM_ERROR_ON_DESC_TO_RECORD_COPY = 2007  # no room for another job record: MaxJobCount
 ESLURM_NODES_BUSY = 2016
 ESLURM_INVALID_JOB_ID = 2017
 ESLURM_INVALID_NODE_NAME = 2018
@@ -63,6 +67,10 @@ _UNAVAILABLE_STATUSES = frozenset({408, 429, 502, 503, 504})
 # Error numbers that say nothing about the cause ("No error", "Unspecified error").
 _UNSPECIFIC_ERRORS = frozenset({0, -1})
 JOB_MISSING = frozenset({ESLURM_INVALID_JOB_ID})
+# A submission refused with these is one sbatch sleeps and retries ("Slurm job queue full",
+# "Job creation temporarily disabled"): slurmctld is there and will take the job later. (sbatch
+# retries EAGAIN too, but slurmrestd answers its own final refusals with 11 as well.)
+SUBMIT_BUSY = frozenset({ESLURM_ERROR_ON_DESC_TO_RECORD_COPY, ESLURM_NODES_BUSY})
 NODE_MISSING = frozenset({ESLURM_INVALID_NODE_NAME})
 
 _Model = TypeVar("_Model", bound=BaseModel)
@@ -142,6 +150,15 @@ class SlurmAuthError(SlurmError):
 
 class SlurmRejected(SlurmError):
     """slurmrestd or slurmctld refused this request as it stands; retrying cannot help."""
+
+
+class SlurmBusy(SlurmError):
+    """slurmctld answered and cannot take a new job now (its job queue is full); submit later.
+
+    Not an outage (Slurm answers everything else) and not a refusal of the job itself.
+    """
+
+    default_retryable = True
 
 
 class SlurmUnavailable(SlurmError):

@@ -17,6 +17,7 @@ from bridge.slurm_api import JobDescMsg, Uint32NoVal, UpdateNodeMsg
 from clients.slurm_client import SlurmClient
 from clients.slurm_errors import (
     SlurmAuthError,
+    SlurmBusy,
     SlurmError,
     SlurmNotFound,
     SlurmRejected,
@@ -118,6 +119,15 @@ CASES: list[tuple[Call, int, dict[str, Any] | str | None, type[SlurmError], int 
     (submit, 422, slurm_errors((2018, "Invalid node name specified", "")), SlurmRejected, 2018),
     (submit, 422, slurm_errors((9000, "Query empty or not RFC7320 compliant", "")), SlurmRejected, 9000),
     (submit, 400, "Failure during parsing", SlurmRejected, None),
+    # The test bed at MaxJobCount (2026-11-27): sbatch sleeps and retries this one.
+    (
+        submit,
+        422,
+        slurm_errors((2007, "MaxJobCount limit reached", "Batch job submission failed")),
+        SlurmBusy,
+        2007,
+    ),
+    (delete_node, 422, slurm_errors((2016, "Requested nodes are busy", "")), SlurmRejected, 2016),
     (
         submit,
         200,
@@ -157,7 +167,7 @@ async def test_classification(
     error = caught.value
     assert type(error) is expected
     assert error.status == status
-    assert error.retryable is (expected in (SlurmAuthError, SlurmUnavailable))
+    assert error.retryable is (expected in (SlurmAuthError, SlurmUnavailable, SlurmBusy))
     if number is not None:
         assert number in error.error_numbers
     if isinstance(body, dict) and body["errors"]:

@@ -43,7 +43,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.placement import PlacementActivities
     from bridge import keys
     from bridge import search_attributes as sa
-    from bridge.failures import SLURM_UNAVAILABLE
+    from bridge.failures import SLURM_BUSY, SLURM_UNAVAILABLE
     from bridge.models import (
         BindInput,
         BindResult,
@@ -94,6 +94,10 @@ FOLLOWING_PHASES = frozenset({"Submitted", "Pending", "Running", "Bound"})
 WAITING_FOR_SLURM = "WaitingForSlurm"  # its PlacementPhase while it waits
 SLURM_WAIT_FIRST = timedelta(minutes=5)
 SLURM_WAIT_MAX = timedelta(minutes=30)
+# Slurm takes no new job (a submission refused as SlurmBusy: its job queue is full): submit again
+# after a pause that backs off (room comes as jobs end and MinJobAge, 5 minutes by default, passes).
+SLURM_BUSY_FIRST = timedelta(seconds=15)
+SLURM_BUSY_MAX = timedelta(minutes=5)
 
 
 # Run outside the SDK's sandbox in production: a sandboxed run re-executes this module for
@@ -133,6 +137,7 @@ class PlacementWorkflow(GroupMembers):
         self._slurm_back = False
         self._slurm_wait = SLURM_WAIT_FIRST
         self._phase_before_slurm_away: str | None = None
+        self._slurm_busy_wait: timedelta | None = None  # while Slurm takes no new job: the next pause
         for event in request.events:
             self._apply_pod(event)
         if request.carry is not None:
@@ -786,10 +791,17 @@ class PlacementWorkflow(GroupMembers):
                 )
                 if self._slurm_away:
                     self._slurm_is_back()
+                if self._slurm_busy_wait is not None:
+                    self._slurm_busy_wait = None
+                    self.state.slurm_unavailable = ""
                 return result
             except ActivityError as error:
                 cause = error.cause
-                if _is_slurm_away(cause):
+                if _failed_as(cause, SLURM_BUSY):
+                    # Slurm's answer says it made no job: the same input again, no recovery search.
+                    await self._wait_for_room(summary, cause.message)
+                    continue
+                if _failed_as(cause, SLURM_UNAVAILABLE):
                     await self._wait_for_slurm(summary, cause.message)
                     # The next try is a new activity (its attempt 1): a submission whose answer was
                     # lost may have reached Slurm, so it looks for this placement's job first.
@@ -844,6 +856,40 @@ class PlacementWorkflow(GroupMembers):
         except TimeoutError:
             self._slurm_wait = min(self._slurm_wait * 2, SLURM_WAIT_MAX)
 
+    async def _wait_for_room(self, summary: str, reason: str) -> None:
+        """Slurm answers but takes no new job (its job queue is full): say so once, pause, go on.
+
+        No outage: the Slurm-health gate stays open and other placements' steps go on. The
+        pause backs off from SLURM_BUSY_FIRST to SLURM_BUSY_MAX, plus up to a fifth at random,
+        so that the placements a full queue turned away at once do not come back at once.
+        """
+        if self._slurm_busy_wait is None:
+            self._slurm_busy_wait = SLURM_BUSY_FIRST
+            self.state.slurm_unavailable = reason
+            message = (
+                f"{reason}; the placement submits again by itself, backing off from "
+                f"{SLURM_BUSY_FIRST} to {SLURM_BUSY_MAX} (Slurm's MaxJobCount counts ended jobs "
+                "until MinJobAge has passed)"
+            )
+            workflow.logger.warning("placement %s: %s", workflow.info().workflow_id, message)
+            with contextlib.suppress(ActivityError):  # best effort, as a stuck report
+                await workflow.execute_activity_method(
+                    PlacementActivities.report_slurm_unavailable,
+                    SlurmUnavailableInput(
+                        pods=self._pods(),
+                        message=message,
+                        condition=not self.state.kube_nodes,
+                        reason=SLURM_BUSY,
+                    ),
+                    start_to_close_timeout=timedelta(seconds=30),
+                    schedule_to_close_timeout=timedelta(seconds=60),
+                    summary="tell the pods Slurm takes no new job",
+                )
+        pause = self._slurm_busy_wait * (1 + workflow.random().random() / 5)
+        workflow.set_current_details(f"Slurm takes no new job ({summary}): {reason}")
+        await workflow.sleep(pause, summary=f"submit again: {summary}")
+        self._slurm_busy_wait = min(self._slurm_busy_wait * 2, SLURM_BUSY_MAX)
+
     def _slurm_is_back(self) -> None:
         """A step succeeded after Slurm was away: the phase attribute goes back to what it was."""
         self._slurm_away = False
@@ -870,9 +916,10 @@ class PlacementWorkflow(GroupMembers):
             )
 
 
-def _is_slurm_away(cause: BaseException | None) -> TypeGuard[ApplicationError]:
-    """An activity's failure that says Slurm is away (activities/errors.py, waits_for_slurm)."""
-    return isinstance(cause, ApplicationError) and cause.type == SLURM_UNAVAILABLE
+def _failed_as(cause: BaseException | None, failure: str) -> TypeGuard[ApplicationError]:
+    """An activity's failure of this type (bridge/failures.py): SLURM_UNAVAILABLE says Slurm is
+    away (activities/errors.py, waits_for_slurm), SLURM_BUSY that it takes no new job now."""
+    return isinstance(cause, ApplicationError) and cause.type == failure
 
 
 def _as_recovery(given: In) -> In:

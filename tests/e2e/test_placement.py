@@ -9,8 +9,9 @@ import asyncio
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
+import httpx
 import pytest
 from temporalio.client import WorkflowFailureError
 from temporalio.common import TypedSearchAttributes
@@ -21,6 +22,7 @@ from bridge import keys
 from bridge import search_attributes as sa
 from bridge.slurm_api import API_VERSIONS
 from bridge.tolerations import managed_node_toleration
+from clients.slurm_client import SlurmClient
 from testbed.history_cost import history_cost
 from testbed.waiting import until
 from tests.e2e.conftest import ON_REAL_KUBE, StackFactory
@@ -206,6 +208,79 @@ async def test_rejected_job_is_visible_on_the_pod_and_retry_after_fix_places_it(
 
     stack.kube.set_pod_phase(stack.namespace, "typo", "Succeeded")
     await stack.wait_pod("typo", finished_cleanly)
+
+
+class FullQueue(httpx.AsyncBaseTransport):
+    """The bridge's way to the real slurmrestd, except that the next `refusals` submissions get
+    the answer slurmrestd 26.05 gave on the test bed at MaxJobCount (recorded 2026-11-27 with a
+    limit of the jobs it held plus three: the fourth submission). Filling the shared test bed's
+    queue for real would turn away every other test's jobs too."""
+
+    ANSWER: ClassVar[dict[str, Any]] = {
+        "errors": [
+            {
+                "description": "Batch job submission failed",
+                "error_number": 2007,
+                "error": "MaxJobCount limit reached",
+                "source": "slurm_submit_batch_job()",
+            }
+        ],
+        "warnings": [],
+    }
+
+    def __init__(self, refusals: int) -> None:
+        self.inner = httpx.AsyncHTTPTransport()
+        self.refusals = refusals
+        self.submissions = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.method == "POST" and request.url.path.endswith("/job/submit"):
+            self.submissions += 1
+            if self.submissions <= self.refusals:
+                return httpx.Response(422, json=self.ANSWER)
+        return await self.inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def test_a_full_slurm_queue_is_told_and_the_pod_placed_once_there_is_room(
+    make_stack: StackFactory,
+) -> None:
+    stack = await make_stack(nodes=1, bridge=False)
+    queue = FullQueue(refusals=1)
+    stack.slurm = SlurmClient(
+        stack.slurm_bed.rest_url,
+        user_name=stack.slurm_bed.user_name,
+        token_file=stack.slurm_bed.jwt_file,
+        transport=queue,
+    )
+    await stack.start_bridge()
+    stack.create_pod("waits")
+
+    def told_busy(pod: Pod | None) -> bool:
+        return (scheduled_condition(pod) or {}).get("reason") == "SlurmBusy"
+
+    pod = await stack.wait_pod("waits", told_busy)
+    condition = scheduled_condition(pod) or {}
+    assert condition["status"] == "False"
+    assert "MaxJobCount limit reached" in condition["message"]
+    # The Event follows the condition (one write each).
+    [event] = await stack.kube.wait_for_async(
+        lambda: [e for e in stack.events("waits") if e["reason"] == "SlurmBusy"], timeout=10
+    )
+    assert event["type"] == "Warning"
+    assert "submits again by itself" in event["message"]
+    status = await slurm_bridge(stack, "status", f"{stack.namespace}/waits", "--json")
+    assert "MaxJobCount limit reached" in status["slurm_unavailable"]
+
+    # Submitted again after the first pause (15 to 18 s): placed, with one Slurm job.
+    bound_pod = await stack.wait_pod("waits", bound, timeout=40)
+    assert queue.submissions == 2
+    jobs = await stack.partition_jobs()
+    assert [job["job_id"] for job in jobs] == [job_id_of(bound_pod)]
+    stack.kube.set_pod_phase(stack.namespace, "waits", "Succeeded")
+    await stack.wait_pod("waits", finished_cleanly)
 
 
 @ON_REAL_KUBE

@@ -7,6 +7,7 @@ five-minute bound of a step: the workflow's own decisions, not the I/O, are test
 import os
 import uuid
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +19,11 @@ from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
+from temporalio.testing import TimeSkipper, TimeSkippingConfig
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
-from bridge.failures import KUBE_REJECTED, SLURM_UNAVAILABLE
+from bridge.failures import KUBE_REJECTED, SLURM_BUSY, SLURM_UNAVAILABLE
 from bridge.models import (
     BindInput,
     BindResult,
@@ -53,6 +55,7 @@ class StandIns:
         reject_bind: bool = False,
         bind_failures_until_told: bool = False,
         slurm_away_for_prepare: int = 0,
+        slurm_busy_for_prepare: int = 0,
         prepare_failures_until_told: bool = False,
         finished_on_recovery: bool = False,
         bind_finds_another_job: bool = False,
@@ -66,8 +69,10 @@ class StandIns:
         self.reject_prepare = reject_prepare
         self.reject_bind = reject_bind
         self.slurm_away_for_prepare = slurm_away_for_prepare
+        self.slurm_busy_for_prepare = slurm_busy_for_prepare
         self.prepared: list[PrepareInput] = []
         self.slurm_reports: list[tuple[str, bool]] = []
+        self.slurm_report_reasons: list[str] = []
         self.bind_failures_until_told = bind_failures_until_told
         self.told: list[tuple[str, str]] = []
         self.released: list[ReleaseInput] = []
@@ -84,6 +89,12 @@ class StandIns:
             raise ApplicationError(
                 "Slurm does not answer: POST /job/submit: ReadTimeout",
                 type=SLURM_UNAVAILABLE,
+                non_retryable=True,
+            )
+        if len(self.prepared) <= self.slurm_busy_for_prepare:
+            raise ApplicationError(
+                "Slurm takes no new job now: MaxJobCount limit reached (Batch job submission failed) [2007]",
+                type=SLURM_BUSY,
                 non_retryable=True,
             )
         if self.prepare_failures_until_told and not any(
@@ -123,6 +134,7 @@ class StandIns:
     @activity.defn(name="report_slurm_unavailable")
     async def report_slurm_unavailable(self, given: SlurmUnavailableInput) -> None:
         self.slurm_reports.append((given.message, given.condition))
+        self.slurm_report_reasons.append(given.reason)
 
     @activity.defn(name="release")
     async def release(self, given: ReleaseInput) -> list[str]:
@@ -265,6 +277,40 @@ async def test_slurm_away_waits_for_the_gates_signal_then_submits_as_a_recovery(
     [(message, condition)] = stand_ins.slurm_reports
     assert "ReadTimeout" in message
     assert condition  # not bound: PodScheduled=False says why
+    assert not any(reason == "PlacementStuck" for reason, _ in stand_ins.told)
+
+
+async def test_slurm_busy_submits_again_after_backing_off_without_a_recovery_search(
+    temporal_client: Client,
+) -> None:
+    stand_ins = StandIns(slurm_busy_for_prepare=2)
+    skipper = TimeSkipper(temporal_client, config=TimeSkippingConfig(enabled=False))
+    task_queue = f"failures-{uuid.uuid4().hex[:8]}"
+    async with stand_in_worker(temporal_client, stand_ins, task_queue):
+        handle = await skipper.client.start_workflow(
+            PlacementWorkflow.run, request(), id=f"placement/test/busy/{uuid.uuid4()}", task_queue=task_queue
+        )
+        state = await state_when(handle, lambda state: bool(state.slurm_unavailable), "told Slurm is busy")
+        assert "MaxJobCount" in state.slurm_unavailable
+        # The pauses: 15 s, then 30 s, each up to a fifth longer. Not a try before its pause ends.
+        for tries, pause in ((1, 15), (2, 30)):
+            await skipper.fast_forward(handle, timedelta(seconds=pause - 1))
+            assert len(stand_ins.prepared) == tries
+            await skipper.fast_forward(handle, timedelta(seconds=pause * 0.2 + 2))
+        state = await state_when(handle, lambda state: state.phase == "Bound", "the placement Bound")
+        assert state.slurm_unavailable == ""
+        await handle.signal(
+            PlacementWorkflow.pod_changed, PodEvent(pod=POD, phase="Succeeded", node_name="node-a")
+        )
+        assert (await handle.result()).phase == "Done"
+    # Slurm's answer said it made no job: no try searches for one.
+    assert [given.recovery for given in stand_ins.prepared] == [False, False, False]
+    # Told once, as busy (the Event's and PodScheduled's reason), not as an outage or a stuck step.
+    assert stand_ins.slurm_report_reasons == [SLURM_BUSY]
+    [(message, condition)] = stand_ins.slurm_reports
+    assert "MaxJobCount limit reached" in message
+    assert "submits again by itself" in message
+    assert condition
     assert not any(reason == "PlacementStuck" for reason, _ in stand_ins.told)
 
 
