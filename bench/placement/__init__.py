@@ -1,6 +1,6 @@
 """Placement benchmark: the whole bridge on real Temporal and real Slurm, figures printed.
 
-    .venv/bin/python -m bench.placement [--scenario batch|pending] [--pods N] [--foreign-jobs F] ...
+    .venv/bin/python -m bench.placement [--scenario batch|pending|site] [--pods N] [--foreign-jobs F] ...
 
 Assembles what the end-to-end tests assemble (tests/e2e/harness.py): a real
 Temporal dev server with the bridge's search attributes, real Slurm partitions
@@ -28,6 +28,12 @@ Scenario `pending`: N pods wait in Slurm for capacity (a partition of one
 placements in flight; then probe pods that Slurm can start at once (a
 partition of their own) show whether the waiting ones starve them.
 
+Scenario `site` (site.py): the bridge at a site's size, measured at growing numbers
+of live placements (--levels, default 100, 1,000 and 10,000 on 1,000 nodes of 5
+CPUs: at 10,000, 5,000 run and 5,000 wait): at each level the job watcher's
+requests, every process's CPU (and the Slurm daemons' with the watcher paused),
+memory, actions while waiting, and probe pods' Slurm RUNNING -> bound.
+
 --foreign-jobs F fills Slurm with F held jobs of another user before the run
 and removes them after, for either scenario.
 
@@ -45,12 +51,13 @@ The package, by role (`python -m bench.placement` runs `__main__.py`):
 * `driver.py`: one bounded run: the Slurm partitions and foreign jobs, the guard against a
   slurmctld restart, the clean-up that always runs;
 * `stack.py`: `Bench`, which stands up Temporal, the fake Kubernetes API and the bridge, then runs
-  the scenario, built on `scenarios.py` (the batch and pending scenarios, their phases and
-  figures) and `pods.py` (the user's and the kubelet's part: pods created, bound, Succeeded);
+  the scenario, built on `site.py` (the site scenario) over `scenarios.py` (the batch and pending
+  scenarios, their phases and figures) and `pods.py` (the user's and the kubelet's part: pods
+  created, bound, Succeeded);
 * `results.py`: the options and what a run measured; `environment.py`: the Slurm bed, the
   `temporal` binary and the machine the run stands on;
-* `report.py` (the printed report, with `report_tables.py`), `report_json.py` (`--json`), and
-  `figures.py` (figures both derive).
+* `report.py` (the printed report, with `report_tables.py` and `report_site.py`),
+  `report_json.py` (`--json`), and `figures.py` (figures both derive).
 """
 
 from bench.placement.environment import TEMPORAL_CLI, connect_slurm

@@ -23,15 +23,26 @@ DESCRIPTION = (bench.placement.__doc__ or "").split("\n\n")[0]
 def parse(argv: Sequence[str] | None) -> Options:
     p = argparse.ArgumentParser(prog="python -m bench.placement", description=DESCRIPTION)
     p.add_argument(
-        "--scenario", choices=("batch", "pending"), default="batch", help="what to run (default batch)"
+        "--scenario",
+        choices=("batch", "pending", "site"),
+        default="batch",
+        help="what to run (default batch)",
     )
     p.add_argument(
         "--pods", type=int, default=None, help="placements to measure (default 100; pending: 1000)"
     )
     p.add_argument(
-        "--nodes", type=int, default=50, help="Slurm external nodes = Kubernetes nodes (default 50)"
+        "--nodes",
+        type=int,
+        default=None,
+        help="Slurm external nodes = Kubernetes nodes (default 50; site: 1000)",
     )
-    p.add_argument("--cpus", type=int, default=4, help="CPUs per node (default 4)")
+    p.add_argument("--cpus", type=int, default=None, help="CPUs per node (default 4; site: 5)")
+    p.add_argument(
+        "--levels",
+        default="100,1000,10000",
+        help="site: the numbers of live placements measured at, growing (default 100,1000,10000)",
+    )
     p.add_argument("--memory-mb", type=int, default=8000, help="memory per node (default 8000)")
     p.add_argument(
         "--concurrency", type=int, default=20, help="pods waiting to be bound at most (default 20)"
@@ -63,7 +74,12 @@ def parse(argv: Sequence[str] | None) -> Options:
         help="pods placed open loop after the burst (default: min(pods, 100))",
     )
     p.add_argument("--paced-load", type=float, default=0.4, help="paced rate / burst rate (default 0.4)")
-    p.add_argument("--probes", type=int, default=3, help="pending: pods Slurm can start at once (default 3)")
+    p.add_argument(
+        "--probes",
+        type=int,
+        default=None,
+        help="pending: pods Slurm can start at once (default 3); site: per level (default 20)",
+    )
     p.add_argument(
         "--foreign-jobs", type=int, default=0, help="another user's held jobs in Slurm during the run"
     )
@@ -73,34 +89,48 @@ def parse(argv: Sequence[str] | None) -> Options:
         default=None,
         help="the worker's workflow cache (default: the bridge's); to attribute memory",
     )
-    p.add_argument("--timeout", type=float, default=None, help="the whole run, s (default 300; pending: 900)")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="the whole run, s (default 300; pending: 900; site: 3600)",
+    )
     p.add_argument("--json", dest="json_path", help="also write the figures to this file")
     a = p.parse_args(argv)
-    pending = a.scenario == "pending"
-    pods = a.pods if a.pods is not None else (1000 if pending else 100)
-    if pods < 1 or a.concurrency < 1 or a.nodes < 1:
+    pending, site = a.scenario == "pending", a.scenario == "site"
+    nodes = a.nodes if a.nodes is not None else (1000 if site else 50)
+    cpus = a.cpus if a.cpus is not None else (5 if site else 4)
+    try:
+        levels = tuple(int(level) for level in a.levels.split(",")) if site else ()
+    except ValueError:
+        p.error(f"--levels {a.levels!r}: numbers separated by commas, as 100,1000,10000")
+    if site and (not levels or list(levels) != sorted(set(levels)) or levels[0] < 1):
+        p.error(f"--levels {a.levels!r}: growing numbers of placements, at least 1")
+    pods = levels[-1] if site else a.pods if a.pods is not None else (1000 if pending else 100)
+    if pods < 1 or a.concurrency < 1 or nodes < 1:
         p.error("--pods, --nodes and --concurrency must be at least 1")
-    if not pending and pods > a.nodes * a.cpus:
-        p.error(f"{pods} 1-CPU pods do not fit on {a.nodes} x {a.cpus} CPUs: the benchmark holds them all")
+    if a.scenario == "batch" and pods > nodes * cpus:
+        p.error(f"{pods} 1-CPU pods do not fit on {nodes} x {cpus} CPUs: the benchmark holds them all")
     return Options(
         scenario=a.scenario,
         pods=pods,
-        nodes=1 if pending else a.nodes,
-        cpus=1 if pending else a.cpus,
+        nodes=1 if pending else nodes,
+        cpus=1 if pending else cpus,
         memory_mb=a.memory_mb,
         concurrency=a.concurrency,
         watch_interval=a.watch_interval,
         warmup=max(a.warmup, 1),
-        reference=0 if pending else (pods if a.reference is None else a.reference),
+        reference=0 if pending or site else (pods if a.reference is None else a.reference),
         finish_rate=a.finish_rate,
         hold=a.hold,
         recheck=a.recheck,
-        paced=0 if pending else (min(pods, 100) if a.paced is None else a.paced),
+        paced=0 if pending or site else (min(pods, 100) if a.paced is None else a.paced),
         paced_load=a.paced_load,
-        probes=a.probes,
+        probes=a.probes if a.probes is not None else (20 if site else 3),
         foreign_jobs=max(a.foreign_jobs, 0),
+        levels=levels,
         max_cached_workflows=a.max_cached_workflows,
-        timeout=a.timeout if a.timeout is not None else (900 if pending else 300),
+        timeout=a.timeout if a.timeout is not None else (3600 if site else 900 if pending else 300),
         json_path=a.json_path,
     )
 

@@ -51,6 +51,9 @@ async def amain(o: Options) -> Results:
         if o.scenario == "pending":
             spare = await asyncio.to_thread(bed.make_partition, nodes=1, cpus=1, memory_mb=o.memory_mb)
             partitions.append(spare)
+        elif o.scenario == "site":  # the probes': free CPUs whatever the level
+            spare = await asyncio.to_thread(bed.make_partition, nodes=2, cpus=4, memory_mb=o.memory_mb)
+            partitions.append(spare)
         if o.foreign_jobs:
             say(f"submitting {o.foreign_jobs} foreign jobs (held, another user's)")
             started = time.monotonic()

@@ -141,7 +141,7 @@ class PodDriver:
             return None
         return status.name
 
-    async def paced(self, prefix: str, count: int, rate: float, run_for: float) -> list[PodTimes]:
+    async def paced(self, prefix: str, count: int, rate: float, run_for: float, **kw: Any) -> list[PodTimes]:
         """Create `count` pods at `rate` per second whatever happens (open loop); each runs `run_for` s."""
         start = time.monotonic()
         tasks = []
@@ -151,7 +151,7 @@ class PodDriver:
                 await asyncio.sleep(delay)
             name = f"{prefix}-{index:05d}"
             self.run_after[name] = run_for
-            tasks.append(asyncio.create_task(self.create(name)))
+            tasks.append(asyncio.create_task(self.create(name, **kw)))
         placed = list(await asyncio.gather(*tasks))
         await asyncio.gather(*(self.until_bound(t) for t in placed))
         return placed

@@ -5,6 +5,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from bench.placement.figures import mean, pass_summary, recheck_cost, recheck_day
+from bench.placement.report_site import report_site
 from bench.placement.report_tables import (
     budget_line,
     cpu_rows,
@@ -29,7 +30,13 @@ def report(r: Results) -> str:
     add(f"slurm-bridge placement benchmark ({o.scenario}), {r.started}")
     for key, value in r.environment.items():
         add(f"  {key:<11} {value}")
-    if o.scenario == "pending":
+    if o.scenario == "site":
+        setup = (
+            f"1-CPU pods grown to {', '.join(f'{level:,}' for level in o.levels)} live placements on "
+            f"{o.nodes} nodes x {o.cpus} CPUs (the rest pending), <= {o.concurrency} waiting to be "
+            f"submitted; {o.probes} probe pods a level in a partition of their own"
+        )
+    elif o.scenario == "pending":
         setup = (
             f"{o.pods} 1-CPU pods pending on a partition of one 1-CPU node (held by 1 running pod); "
             f"{o.probes} probe pods in a partition of their own"
@@ -55,7 +62,9 @@ def report(r: Results) -> str:
     for note in r.notes:
         add(f"  note: {note}")
     add("")
-    if o.scenario == "pending":
+    if o.scenario == "site":
+        report_site(r, add)
+    elif o.scenario == "pending":
         report_pending(r, add)
     else:
         report_batch(r, add)

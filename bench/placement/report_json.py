@@ -9,6 +9,8 @@ from bench.placement.results import Results
 from bench.probes import STEP_ROWS, RequestStats, percentile
 from bench.slurm import LISTING
 
+KEYS = ("created_to_bound", "running_to_bound")  # a site level's probe figures
+
 
 def to_json(r: Results) -> dict[str, Any]:
     def quantiles(values: Sequence[float]) -> dict[str, float | None]:
@@ -126,6 +128,27 @@ def to_json(r: Results) -> dict[str, Any]:
         "recheck_day": recheck_day(*recheck_cost(r)),
         "probes_ms": [{k: None if v is None else v * 1000 for k, v in p.items()} for p in r.probes],
         "pending_reasons": dict(r.pending_reasons),
+        "site_levels": [
+            {
+                "live": v.live,
+                "bound": v.bound,
+                "fill_placements_per_s": v.fill_placements / v.fill_seconds if v.fill_seconds else None,
+                "hold_seconds": v.hold_seconds,
+                "hold_cpu_s": v.hold_cpu,
+                "paused_seconds": v.paused_seconds,
+                "paused_cpu_s": v.paused_cpu,
+                "watcher_passes": v.watcher_passes,
+                "watcher_requests": dict(v.watcher.count),
+                "watcher_kib": sum(v.watcher.bytes_in.values()) / 1024,
+                "hold_actions": v.hold_actions,
+                "rss_worker_kb": v.rss_worker_kb,
+                "rss_server_kb": v.rss_server_kb,
+                "probes": {
+                    key: quantiles([x for d in v.probes if (x := d[key]) is not None]) for key in KEYS
+                },
+            }
+            for v in r.site_levels
+        ],
         "failures": r.failures,
         "notes": r.notes,
     }

@@ -29,9 +29,30 @@ class Options:
     paced_load: float
     probes: int
     foreign_jobs: int
+    levels: tuple[int, ...]  # site: the numbers of live placements measured at
     max_cached_workflows: int | None
     timeout: float
     json_path: str | None
+
+
+@dataclass
+class SiteLevel:
+    """What was measured with `live` placements in flight."""
+
+    live: int
+    bound: int = 0
+    fill_placements: int = 0  # placements added to reach this level
+    fill_seconds: float = 0.0
+    hold_seconds: float = 0.0
+    hold_cpu: dict[str, float | None] = field(default_factory=dict)
+    paused_seconds: float = 0.0
+    paused_cpu: dict[str, float | None] = field(default_factory=dict)  # the job watcher held back
+    watcher: RequestStats = field(default_factory=RequestStats)  # its requests during the hold
+    watcher_passes: int = 0
+    hold_actions: float = 0.0  # the dev server's billable actions during the hold
+    rss_worker_kb: int | None = None
+    rss_server_kb: int | None = None
+    probes: list[dict[str, float | None]] = field(default_factory=list)
 
 
 @dataclass
@@ -109,6 +130,7 @@ class Results:
     via_watcher: dict[str, int] = field(default_factory=dict)
     reasons: dict[str, Counter[str]] = field(default_factory=dict)  # phase → pending reasons read, by job
     probes: list[dict[str, float | None]] = field(default_factory=list)  # pending scenario
+    site_levels: list[SiteLevel] = field(default_factory=list)  # site scenario
     pending_reasons: Counter[str] = field(default_factory=Counter)
     observer: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)

@@ -16,7 +16,7 @@ from temporalio.testing import WorkflowEnvironment
 from bench.kube import CountingKube, KubeDriver, KubeProcess, PodObserver
 from bench.placement.environment import TEMPORAL_CLI, count_slurm_jobs, environment
 from bench.placement.results import Results
-from bench.placement.scenarios import Scenarios
+from bench.placement.site import SiteScenario
 from bench.probes import CountingTransport, child_pid, free_port, pids_by_comm
 from bench.slurm import ActivitySlurm, WatcherSlurm
 from bridge import search_attributes as sa
@@ -25,7 +25,7 @@ from worker.main import Bridge
 from worker.settings import load_settings
 
 
-class Bench(Scenarios):
+class Bench(SiteScenario):
     async def run(self) -> Results:
         o, r = self.o, self.results
         self.loop = asyncio.get_running_loop()
@@ -113,6 +113,8 @@ class Bench(Scenarios):
 
             if o.scenario == "pending":
                 await self.run_pending()
+            elif o.scenario == "site":
+                await self.run_site()
             else:
                 await self.run_batch()
             r.observer = {"lost": observer.lost, **observer.errors}

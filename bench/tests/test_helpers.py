@@ -3,6 +3,7 @@
 import json
 from collections import Counter
 
+import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 
@@ -181,6 +182,16 @@ def test_parse_pending_defaults() -> None:
     assert (options.pods, options.nodes, options.cpus, options.reference, options.paced) == (1000, 1, 1, 0, 0)
     batch = parse(["--pods", "30", "--foreign-jobs", "5000"])
     assert (batch.pods, batch.reference, batch.paced, batch.foreign_jobs) == (30, 30, 30, 5000)
+
+
+def test_parse_site_defaults_and_levels() -> None:
+    site = parse(["--scenario", "site"])
+    assert (site.levels, site.pods, site.nodes, site.cpus) == ((100, 1000, 10000), 10000, 1000, 5)
+    assert (site.reference, site.paced, site.probes, site.timeout) == (0, 0, 20, 3600)
+    assert parse(["--scenario", "site", "--levels", "5,50"]).pods == 50
+    for bad in ("1000,100", "100,x", "0,10"):
+        with pytest.raises(SystemExit):
+            parse(["--scenario", "site", "--levels", bad])
 
 
 def _local_activity_marker(event_id: int, activity_type: str, at: float) -> HistoryEvent:
