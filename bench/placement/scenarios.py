@@ -209,12 +209,17 @@ class Scenarios(PodDriver):
 
     # -- scenario: pending (memory in flight, starvation) ---------------------
 
-    async def run_pending(self) -> None:
-        o, r = self.o, self.results
+    async def warm_up_beside(self) -> dict[str, str]:
+        """Warm up in the probes' partition, then the idle window; the probes' annotations."""
         assert self.spare is not None
         spare = {keys.SLURMJOB_PREFIX + "partition": self.spare.name}
         await self.warm_up(annotations=spare)
         await self.idle(5.0)
+        return spare
+
+    async def run_pending(self) -> None:
+        o, r = self.o, self.results
+        spare = await self.warm_up_beside()
 
         pid = os.getpid()
         gc.collect()

@@ -29,7 +29,6 @@ from bench.placement.results import SiteLevel
 from bench.placement.scenarios import Scenarios, delta, stats_delta
 from bench.probes import memory_kb, metric_by
 from bench.slurm import running_times
-from bridge import keys
 
 PROBE_RATE = 1.0  # probe pods created per second
 PROBE_RUNS = 2.0  # seconds a probe pod runs before it turns Succeeded
@@ -40,10 +39,7 @@ class SiteScenario(Scenarios):
 
     async def run_site(self) -> None:
         o, r = self.o, self.results
-        assert self.spare is not None
-        spare = {keys.SLURMJOB_PREFIX + "partition": self.spare.name}
-        await self.warm_up(annotations=spare)
-        await self.idle(5.0)
+        spare = await self.warm_up_beside()
         self.reset_counters()
         r.rss_kb["worker_baseline"] = memory_kb(os.getpid())
         r.rss_kb["server_baseline"] = memory_kb(self.server_pid)
