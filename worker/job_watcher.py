@@ -402,6 +402,8 @@ class JobWatcher:
             self._seen[job_id] = _Seen(
                 state,
                 self._clock(),
+        if placement_id is None:
+            return  # no longer followed: its pods went, or its end was told, while this read was out
                 event.reason,
                 self._next_refresh(self._seen.get(job_id), state, event),
                 event.restarts,
