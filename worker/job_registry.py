@@ -21,6 +21,9 @@ class LiveJobs:
         self._live: dict[int, str] = {}
         # Over, and the placement was told; kept until no pod references the job.
         self._finished: dict[int, str] = {}
+        # Moves whenever the jobs to follow change: a reader that saw this version may keep
+        # what it derived from them (the job watcher, on every pass, at 10,000 jobs).
+        self.version = 0
 
     def track(self, job_id: int, placement_id: str) -> None:
         """A pod references `job_id`, placed by `placement_id`. Idempotent: call on every pod event.
@@ -28,20 +31,23 @@ class LiveJobs:
         A job already `finished` stays finished, unless the pod names another
         placement for it (a job id Slurm handed out again after its state was wiped).
         """
-        if self._finished.get(job_id) == placement_id:
-            return
+        if self._finished.get(job_id) == placement_id or self._live.get(job_id) == placement_id:
+            return  # nothing changes (every pod event calls this)
         self._finished.pop(job_id, None)
         self._live[job_id] = placement_id
+        self.version += 1
 
     def finished(self, job_id: int) -> None:
         """The job is over and its placement was told: stop following it."""
         placement_id = self._live.pop(job_id, None)
         if placement_id is not None:
             self._finished[job_id] = placement_id
+            self.version += 1
 
     def forget(self, job_id: int) -> None:
         """No pod references the job any more."""
-        self._live.pop(job_id, None)
+        if self._live.pop(job_id, None) is not None:
+            self.version += 1
         self._finished.pop(job_id, None)
 
     def retain(self, job_ids: Iterable[int]) -> None:

@@ -83,3 +83,30 @@ def test_memory_is_bounded_by_what_pods_reference() -> None:
         jobs.forget(job_id)
     assert len(jobs) == 0
     assert repr(jobs) == "LiveJobs(0 live, 0 finished)"
+
+
+def test_the_version_moves_exactly_when_the_jobs_to_follow_change() -> None:
+    # The job watcher derives its followed jobs again only when the version moved.
+    jobs = LiveJobs()
+    seen = [jobs.version]
+
+    def moved() -> bool:
+        seen.append(jobs.version)
+        return seen[-1] != seen[-2]
+
+    jobs.track(1, A)
+    assert moved()
+    jobs.track(1, A)  # every pod event tracks again
+    assert not moved()
+    jobs.track(1, B)  # the id names another placement now
+    assert moved()
+    jobs.finished(1)
+    assert moved()
+    jobs.track(1, B)  # a later event of a pod of the finished job
+    assert not moved()
+    jobs.forget(1)  # only finished: nothing followed changes
+    assert not moved()
+    jobs.track(2, A)
+    jobs.retain([])
+    assert moved()
+    assert jobs.items() == []
