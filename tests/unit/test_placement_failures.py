@@ -292,17 +292,26 @@ async def test_slurm_busy_submits_again_after_backing_off_without_a_recovery_sea
         )
         state = await state_when(handle, lambda state: bool(state.slurm_unavailable), "told Slurm is busy")
         assert "MaxJobCount" in state.slurm_unavailable
-        # The pauses: 15 s, then 30 s, each up to a fifth longer. Not a try before its pause ends.
-        for tries, pause in ((1, 15), (2, 30)):
-            await skipper.fast_forward(handle, timedelta(seconds=pause - 1))
-            assert len(stand_ins.prepared) == tries
-            await skipper.fast_forward(handle, timedelta(seconds=pause * 0.2 + 2))
+        # Each pause is a workflow timer: forwarded in steps until the third try is made.
+        for _ in range(12):
+            if len(stand_ins.prepared) >= 3:
+                break
+            await skipper.fast_forward(handle, timedelta(seconds=10))
         state = await state_when(handle, lambda state: state.phase == "Bound", "the placement Bound")
         assert state.slurm_unavailable == ""
         await handle.signal(
             PlacementWorkflow.pod_changed, PodEvent(pod=POD, phase="Succeeded", node_name="node-a")
         )
         assert (await handle.result()).phase == "Done"
+    history = await handle.fetch_history()
+    timers = [
+        event.timer_started_event_attributes.start_to_fire_timeout.ToTimedelta()
+        for event in history.events
+        if event.event_type == EventType.EVENT_TYPE_TIMER_STARTED
+    ]
+    # The pauses before the second and the third try: 15 s, then 30 s, each up to a fifth longer.
+    assert timedelta(seconds=15) <= timers[0] <= timedelta(seconds=18)
+    assert timedelta(seconds=30) <= timers[1] <= timedelta(seconds=36)
     # Slurm's answer said it made no job: no try searches for one.
     assert [given.recovery for given in stand_ins.prepared] == [False, False, False]
     # Told once, as busy (the Event's and PodScheduled's reason), not as an outage or a stuck step.
