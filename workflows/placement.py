@@ -861,7 +861,9 @@ class PlacementWorkflow(GroupMembers):
 
         No outage: the Slurm-health gate stays open and other placements' steps go on. The
         pause backs off from SLURM_BUSY_FIRST to SLURM_BUSY_MAX, plus up to a fifth at random,
-        so that the placements a full queue turned away at once do not come back at once.
+        so that the placements a full queue turned away at once do not come back at once. Pods
+        deleted or finished meanwhile end the pause: the step, tried again, lets them go (it
+        finds nothing to place and takes the finalizer off) instead of holding them minutes.
         """
         if self._slurm_busy_wait is None:
             self._slurm_busy_wait = SLURM_BUSY_FIRST
@@ -887,7 +889,10 @@ class PlacementWorkflow(GroupMembers):
                 )
         pause = self._slurm_busy_wait * (1 + workflow.random().random() / 5)
         workflow.set_current_details(f"Slurm takes no new job ({summary}): {reason}")
-        await workflow.sleep(pause, summary=f"submit again: {summary}")
+        with contextlib.suppress(TimeoutError):
+            await workflow.wait_condition(
+                self._pods_finished, timeout=pause, timeout_summary=f"submit again: {summary}"
+            )
         self._slurm_busy_wait = min(self._slurm_busy_wait * 2, SLURM_BUSY_MAX)
 
     def _slurm_is_back(self) -> None:

@@ -56,6 +56,7 @@ class StandIns:
         bind_failures_until_told: bool = False,
         slurm_away_for_prepare: int = 0,
         slurm_busy_for_prepare: int = 0,
+        gone_after_busy: bool = False,
         prepare_failures_until_told: bool = False,
         finished_on_recovery: bool = False,
         bind_finds_another_job: bool = False,
@@ -70,6 +71,8 @@ class StandIns:
         self.reject_bind = reject_bind
         self.slurm_away_for_prepare = slurm_away_for_prepare
         self.slurm_busy_for_prepare = slurm_busy_for_prepare
+        # The real step's answer once the pods were deleted: nothing to claim, nothing submitted.
+        self.gone_after_busy = gone_after_busy
         self.prepared: list[PrepareInput] = []
         self.slurm_reports: list[tuple[str, bool]] = []
         self.slurm_report_reasons: list[str] = []
@@ -96,6 +99,10 @@ class StandIns:
                 "Slurm takes no new job now: MaxJobCount limit reached (Batch job submission failed) [2007]",
                 type=SLURM_BUSY,
                 non_retryable=True,
+            )
+        if self.gone_after_busy:
+            return Prepared(
+                submitted=False, pods=given.request.pods, detail=f"pod {POD.key} is gone or finished"
             )
         if self.prepare_failures_until_told and not any(
             reason == "PlacementStuck" for reason, _ in self.told
@@ -321,6 +328,28 @@ async def test_slurm_busy_submits_again_after_backing_off_without_a_recovery_sea
     assert "submits again by itself" in message
     assert condition
     assert not any(reason == "PlacementStuck" for reason, _ in stand_ins.told)
+
+
+async def test_pods_deleted_while_slurm_is_busy_end_the_pause(temporal_client: Client) -> None:
+    """The pause waits for the pods' change, not for its timer: the pods are let go at once."""
+    stand_ins = StandIns(slurm_busy_for_prepare=1, gone_after_busy=True)
+    task_queue = f"failures-{uuid.uuid4().hex[:8]}"
+    async with stand_in_worker(temporal_client, stand_ins, task_queue):
+        handle = await temporal_client.start_workflow(
+            PlacementWorkflow.run,
+            request(),
+            id=f"placement/test/busy-gone/{uuid.uuid4()}",
+            task_queue=task_queue,
+        )
+        await state_when(handle, lambda state: bool(state.slurm_unavailable), "told Slurm is busy")
+        await handle.signal(PlacementWorkflow.pod_changed, PodEvent(pod=POD, deleting=True))
+        result = await handle.result()
+    assert len(stand_ins.prepared) == 2  # tried again: the step lets the deleted pod go
+    assert result.job_id is None
+    events = (await handle.fetch_history()).events
+    kinds = [event.event_type for event in events]
+    assert EventType.EVENT_TYPE_TIMER_CANCELED in kinds  # the pause ended before its timer
+    assert EventType.EVENT_TYPE_TIMER_FIRED not in kinds
 
 
 async def test_a_submission_tried_again_after_being_stuck_looks_for_its_job_first(
