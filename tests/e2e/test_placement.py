@@ -33,6 +33,7 @@ from workflows.placement import PlacementWorkflow
 
 pytestmark = pytest.mark.slurm
 GOLDEN_HISTORY = Path(__file__).parent.parent / "histories" / "placement-bound-done.json"
+GOLDEN_BUSY_HISTORY = Path(__file__).parent.parent / "histories" / "placement-slurm-busy.json"
 
 
 def scheduled_condition(pod: Pod | None) -> dict[str, Any] | None:
@@ -256,7 +257,7 @@ async def test_a_full_slurm_queue_is_told_and_the_pod_placed_once_there_is_room(
         transport=queue,
     )
     await stack.start_bridge()
-    stack.create_pod("waits")
+    created = stack.create_pod("waits")
 
     def told_busy(pod: Pod | None) -> bool:
         return (scheduled_condition(pod) or {}).get("reason") == "SlurmBusy"
@@ -281,6 +282,19 @@ async def test_a_full_slurm_queue_is_told_and_the_pod_placed_once_there_is_room(
     assert [job["job_id"] for job in jobs] == [job_id_of(bound_pod)]
     stack.kube.set_pod_phase(stack.namespace, "waits", "Succeeded")
     await stack.wait_pod("waits", finished_cleanly)
+
+    # The path through a full queue replays with the code that made it; set
+    # SLURM_BRIDGE_RECORD_HISTORY=1 to refresh its golden history (tests/unit/test_replay.py).
+    await stack.handle(created).result()
+    history = await stack.handle(created).fetch_history()
+    replayer = Replayer(
+        workflows=[PlacementWorkflow],
+        data_converter=pydantic_data_converter,
+        unsandboxed_workflow_runner=unsandboxed_runner(sandbox_every_workflow=True),
+    )
+    await replayer.replay_workflow(history)
+    if os.environ.get("SLURM_BRIDGE_RECORD_HISTORY"):
+        GOLDEN_BUSY_HISTORY.write_text(history.to_json())
 
 
 @ON_REAL_KUBE

@@ -2,8 +2,9 @@
 
 Each golden history is a real placement of today's one placement type
 (`PlacementWorkflow`), recorded with SLURM_BRIDGE_RECORD_HISTORY=1 by
-tests/e2e/test_placement.py (`placement-bound-done.json`), tests/e2e/test_slurm_outage.py
-(`placement-slurm-away.json`) and, on stand-in activities, a reset run by
+tests/e2e/test_placement.py (`placement-bound-done.json`, and `placement-slurm-busy.json`: a
+submission refused for a full job queue, the pause, the submission again, bound, done),
+tests/e2e/test_slurm_outage.py (`placement-slurm-away.json`) and, on stand-in activities, a reset run by
 tests/unit/test_placement_failures.py (`placement-reset-pods-finished.json`) and a run
 continued while no node fitted by tests/unit/test_long_lives.py
 (`placement-continued-unschedulable.json`: it prepares again, submits, binds, ends). Replaying
