@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 import httpx
 import pytest
-from temporalio.client import WorkflowFailureError
+from temporalio.client import WorkflowFailureError, WorkflowHistory
 from temporalio.common import TypedSearchAttributes
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
@@ -41,6 +41,19 @@ def scheduled_condition(pod: Pod | None) -> dict[str, Any] | None:
         if condition["type"] == "PodScheduled":
             return dict(condition)
     return None
+
+
+async def replay_and_record(history: WorkflowHistory, golden: Path) -> None:
+    """The run replays with the code that made it (sandboxed, as the tests run the placement);
+    with SLURM_BRIDGE_RECORD_HISTORY=1 it becomes the golden history `golden`."""
+    replayer = Replayer(
+        workflows=[PlacementWorkflow],
+        data_converter=pydantic_data_converter,
+        unsandboxed_workflow_runner=unsandboxed_runner(sandbox_every_workflow=True),
+    )
+    await replayer.replay_workflow(history)
+    if os.environ.get("SLURM_BRIDGE_RECORD_HISTORY"):
+        await asyncio.to_thread(golden.write_text, history.to_json())
 
 
 async def job_states(stack: Stack, job_id: int) -> list[str]:
@@ -106,14 +119,7 @@ async def test_pod_is_bound_to_the_node_slurm_allocated_and_job_ends_with_the_po
         )
     ]
     assert len(made) <= 12, made
-    replayer = Replayer(
-        workflows=[PlacementWorkflow],
-        data_converter=pydantic_data_converter,
-        unsandboxed_workflow_runner=unsandboxed_runner(sandbox_every_workflow=True),
-    )
-    await replayer.replay_workflow(history)
-    if os.environ.get("SLURM_BRIDGE_RECORD_HISTORY"):
-        GOLDEN_HISTORY.write_text(history.to_json())
+    await replay_and_record(history, GOLDEN_HISTORY)
 
 
 @ON_REAL_KUBE
@@ -286,15 +292,7 @@ async def test_a_full_slurm_queue_is_told_and_the_pod_placed_once_there_is_room(
     # The path through a full queue replays with the code that made it; set
     # SLURM_BRIDGE_RECORD_HISTORY=1 to refresh its golden history (tests/unit/test_replay.py).
     await stack.handle(created).result()
-    history = await stack.handle(created).fetch_history()
-    replayer = Replayer(
-        workflows=[PlacementWorkflow],
-        data_converter=pydantic_data_converter,
-        unsandboxed_workflow_runner=unsandboxed_runner(sandbox_every_workflow=True),
-    )
-    await replayer.replay_workflow(history)
-    if os.environ.get("SLURM_BRIDGE_RECORD_HISTORY"):
-        GOLDEN_BUSY_HISTORY.write_text(history.to_json())
+    await replay_and_record(await stack.handle(created).fetch_history(), GOLDEN_BUSY_HISTORY)
 
 
 @ON_REAL_KUBE

@@ -4,9 +4,10 @@ Stand-in activities on the real dev server, with Temporal's time skipping for th
 five-minute bound of a step: the workflow's own decisions, not the I/O, are tested.
 """
 
+import contextlib
 import os
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -176,6 +177,22 @@ def request() -> PlacementRequest:
     )
 
 
+@contextlib.asynccontextmanager
+async def placement_on(
+    stand_ins: StandIns, name: str, starter: Client, given: PlacementRequest | None = None
+) -> AsyncIterator[WorkflowHandle[Any, PlacementState]]:
+    """A placement started through `starter` (a time-skipping client, or the plain one), run by a
+    worker on the stand-ins until the block ends."""
+    task_queue = f"failures-{uuid.uuid4().hex[:8]}"
+    async with stand_in_worker(starter, stand_ins, task_queue):
+        yield await starter.start_workflow(
+            PlacementWorkflow.run,
+            given or request(),
+            id=f"placement/test/{name}/{uuid.uuid4()}",
+            task_queue=task_queue,
+        )
+
+
 async def state_when(
     handle: WorkflowHandle[Any, Any], holds: Callable[[PlacementState], object], what: str
 ) -> PlacementState:
@@ -210,14 +227,7 @@ async def test_a_final_kubernetes_error_fails_the_placement_at_once_and_releases
 
 async def failed_placement(temporal_client: Client, stand_ins: StandIns, name: str) -> ApplicationError:
     """Run a placement on the stand-ins until it fails for good; the failure's cause."""
-    task_queue = f"failures-{uuid.uuid4().hex[:8]}"
-    async with stand_in_worker(temporal_client, stand_ins, task_queue):
-        handle = await temporal_client.start_workflow(
-            PlacementWorkflow.run,
-            request(),
-            id=f"placement/test/{name}/{uuid.uuid4()}",
-            task_queue=task_queue,
-        )
+    async with placement_on(stand_ins, name, temporal_client) as handle:
         with pytest.raises(WorkflowFailureError) as failure:
             await handle.result()
     assert isinstance(failure.value.cause, ApplicationError)
@@ -228,11 +238,7 @@ async def bound_then_done(
     temporal_client: Client, stand_ins: StandIns, given: PlacementRequest, name: str
 ) -> None:
     """Run a placement on the stand-ins until it is bound, then finish its pod: it must end Done."""
-    task_queue = f"failures-{uuid.uuid4().hex[:8]}"
-    async with stand_in_worker(temporal_client, stand_ins, task_queue):
-        handle = await temporal_client.start_workflow(
-            PlacementWorkflow.run, given, id=f"placement/test/{name}/{uuid.uuid4()}", task_queue=task_queue
-        )
+    async with placement_on(stand_ins, name, temporal_client, given) as handle:
         await state_when(handle, lambda state: state.phase == "Bound", "the placement Bound")
         await handle.signal(
             PlacementWorkflow.pod_changed, PodEvent(pod=POD, phase="Succeeded", node_name="node-a")
@@ -258,11 +264,7 @@ async def test_slurm_away_waits_for_the_gates_signal_then_submits_as_a_recovery(
     temporal_client: Client,
 ) -> None:
     stand_ins = StandIns(slurm_away_for_prepare=2)
-    task_queue = f"failures-{uuid.uuid4().hex[:8]}"
-    async with stand_in_worker(temporal_client, stand_ins, task_queue):
-        handle = await temporal_client.start_workflow(
-            PlacementWorkflow.run, request(), id=f"placement/test/away/{uuid.uuid4()}", task_queue=task_queue
-        )
+    async with placement_on(stand_ins, "away", temporal_client) as handle:
         # Told once, whatever the number of tries while Slurm is away.
         for expected_tries in (2, 3):
 
@@ -292,11 +294,7 @@ async def test_slurm_busy_submits_again_after_backing_off_without_a_recovery_sea
 ) -> None:
     stand_ins = StandIns(slurm_busy_for_prepare=2)
     skipper = TimeSkipper(temporal_client, config=TimeSkippingConfig(enabled=False))
-    task_queue = f"failures-{uuid.uuid4().hex[:8]}"
-    async with stand_in_worker(temporal_client, stand_ins, task_queue):
-        handle = await skipper.client.start_workflow(
-            PlacementWorkflow.run, request(), id=f"placement/test/busy/{uuid.uuid4()}", task_queue=task_queue
-        )
+    async with placement_on(stand_ins, "busy", skipper.client) as handle:
         state = await state_when(handle, lambda state: bool(state.slurm_unavailable), "told Slurm is busy")
         assert "MaxJobCount" in state.slurm_unavailable
         # Each pause is a workflow timer: forwarded in steps until the third try is made.
@@ -333,14 +331,7 @@ async def test_slurm_busy_submits_again_after_backing_off_without_a_recovery_sea
 async def test_pods_deleted_while_slurm_is_busy_end_the_pause(temporal_client: Client) -> None:
     """The pause waits for the pods' change, not for its timer: the pods are let go at once."""
     stand_ins = StandIns(slurm_busy_for_prepare=1, gone_after_busy=True)
-    task_queue = f"failures-{uuid.uuid4().hex[:8]}"
-    async with stand_in_worker(temporal_client, stand_ins, task_queue):
-        handle = await temporal_client.start_workflow(
-            PlacementWorkflow.run,
-            request(),
-            id=f"placement/test/busy-gone/{uuid.uuid4()}",
-            task_queue=task_queue,
-        )
+    async with placement_on(stand_ins, "busy-gone", temporal_client) as handle:
         await state_when(handle, lambda state: bool(state.slurm_unavailable), "told Slurm is busy")
         await handle.signal(PlacementWorkflow.pod_changed, PodEvent(pod=POD, deleting=True))
         result = await handle.result()
