@@ -96,14 +96,13 @@ def remove_partition(bed: SlurmTestBed, partition: TestPartition, jobs: Sequence
     whenever it comes back (a test that restarts slurmctld re-creates the dynamic partitions it saw
     before the restart, ours included).
 
-    The run's own jobs (`jobs`) are cancelled first by id: `TestPartition.cleanup` lists every job
-    in Slurm (`scontrol show job`), which takes minutes with tens of thousands of foreign jobs.
+    The run's own jobs (`jobs`) are cancelled first by id, in one bulk request: `TestPartition.cleanup`
+    lists every job in Slurm (`scontrol show job`), which takes minutes with tens of thousands of
+    foreign jobs, and cancels one job per request.
     """
     with contextlib.suppress(SlurmBedError):
         live = [job_id for job_id, state in bed.job_states(jobs).items() if not ENDED.intersection(state)]
-        for job_id in live:
-            with contextlib.suppress(SlurmBedError):
-                bed.cancel_job(job_id)
+        bed.cancel_jobs(live)
         wait_until(
             lambda: not any(not ENDED.intersection(s) for s in bed.job_states(live).values()),
             "the run's jobs ended",

@@ -181,6 +181,10 @@ def test_foreign_jobs(slurm_bed: SlurmTestBed) -> None:
         assert {states[job_id] for job_id in ids} == {("CANCELLED",)}
         assert states[own] == ("PENDING",)
         slurm_bed.cancel_foreign_jobs(ids)  # ended jobs are fine
+
+        # The bridge's user's own jobs, in bulk: ended ones of others in the list are fine.
+        slurm_bed.cancel_jobs([*ids, own])
+        assert slurm_bed.job_states([own])[own] == ("CANCELLED",)
     finally:
         slurm_bed.cancel_foreign_jobs(ids)
         if own is not None:
