@@ -1,26 +1,38 @@
 """The job watcher at a site's size: one watcher following 100, 1,000 and 10,000 live bridge jobs.
 
-    python -m bench.watcher [--live 100,1000,10000] [--foreign 20000] [--seconds 20] [--json FILE]
+    python -m bench.watcher [--live 100,1000,10000] [--running 5000] [--foreign 20000]
+                            [--seconds 20] [--probes 20] [--json FILE]
 
 The job watcher (worker/job_watcher.py) is the one loop whose Slurm cost grows with the bridge's
 own jobs: each pass asks Slurm about the jobs it follows. This runs the watcher itself against
 the real Slurm bed, with `--foreign` held jobs of another user in Slurm (a shared cluster's
-queue) and the largest `--live` count of held external jobs carrying a placement's comment (the
-bridge's pending jobs: held, so none starts, which is the watcher's most expensive steady state,
-as a pending job is probed on every pass). Temporal is a stub: the signals are counted, not sent.
+queue) and the largest `--live` count of external jobs carrying a placement's comment, submitted
+as the bridge submits them into a partition of `--running` CPUs (nodes of 50): the first
+`--running` jobs run, the others wait on Resources, and slurmctld schedules that queue as it
+would a site's (with the defaults, 5,000 running and 5,000 pending at 10,000, as the placement
+benchmark's site scenario). A level follows the first jobs submitted. Temporal is a stub: the
+signals are counted and timed, not sent.
 
 For each count of followed jobs, after the watcher has read every job once (what a leader's
 restart costs, printed too), for `--seconds`:
 - passes per second and a pass's mean and p99 time;
 - Slurm requests per pass, their query-string characters and answer bytes;
 - slurmctld's and slurmrestd's CPU per second, with what they spend idle (measured first, for
-  the same time, with no watcher) subtracted; and the watcher's own CPU per second.
+  the same time, with no watcher) subtracted; and the watcher's own CPU per second;
+- then `--probes` jobs, one a second, in a partition of their own with free CPUs, followed as
+  they are submitted (as the pod watcher follows a placement's job once its pods carry the id):
+  from slurmctld's start (its log, ms) to the watcher's `job_changed` signal saying RUNNING, p50
+  and p99: the job watcher's share of a pod's time from Slurm RUNNING to bound. Beside it, each
+  probe's own reader asks for that job alone every 20 ms: from the start logged to the first
+  answer saying RUNNING, what Slurm itself takes to show a start to anyone (its scheduling pass
+  holds the job lock meanwhile), which no watcher can beat.
 
 Figures are printed, never asserted. Every job it submitted is cancelled at the end.
 """
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -35,9 +47,10 @@ from temporalio.client import Client
 
 from bench.placement.environment import connect_slurm, say
 from bench.probes import CountingTransport, cpu_seconds, percentile, pids_by_comm
-from bridge.models import admin_comment_for
+from bench.slurm import running_times
+from bridge.models import JobEvent, admin_comment_for
 from clients.slurm_client import SlurmClient
-from testbed.slurm_bed import DEFAULT_PARTITION, SlurmBedError, SlurmTestBed
+from testbed.slurm_bed import SlurmBedError, SlurmTestBed, TestPartition
 from worker.job_registry import LiveJobs
 from worker.job_watcher import JobWatcher
 
@@ -45,19 +58,29 @@ INSTALLATION = "bench-watcher"
 PLACEMENT = f"placement/{INSTALLATION}/bench/pods@1"
 BRIDGE_JOB_NAME = "bench-watcher-live"
 FOREIGN_JOB_NAME = "bench-watcher-foreign"
+CPUS_PER_NODE = 50
+JOB_MEMORY_MB = 100  # each job's; without it a job would take its node's whole memory
+PROBE_RATE = 1.0  # probe jobs submitted per second
+POLL_SECONDS = 0.02  # a probe's own reader: when Slurm first answers RUNNING, to anyone
 
 
 class _Signals:
-    """Temporal as the watcher sees it: `get_workflow_handle(id).signal(...)`, counted."""
+    """Temporal as the watcher sees it: `get_workflow_handle(id).signal(...)`, counted and timed."""
 
     def __init__(self) -> None:
         self.sent = 0
+        self.told_running: dict[int, float] = {}  # job id → first signal saying RUNNING (Unix time)
+        self.told = asyncio.Condition()
 
     def get_workflow_handle(self, workflow_id: str) -> "_Signals":
         return self
 
-    async def signal(self, *args: Any) -> None:
+    async def signal(self, _signal: object, event: JobEvent) -> None:
         self.sent += 1
+        if "RUNNING" in event.states:
+            self.told_running.setdefault(event.job_id, time.time())
+            async with self.told:
+                self.told.notify_all()
 
 
 class _QueryCounting(CountingTransport):
@@ -70,6 +93,69 @@ class _QueryCounting(CountingTransport):
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         self.query_chars += len(request.url.query)
         return await super().handle_async_request(request)
+
+
+class Probes:
+    """Jobs submitted one a second into a partition with free CPUs, each followed at once."""
+
+    def __init__(self, bed: SlurmTestBed, partition: TestPartition, count: int) -> None:
+        self.bed, self.partition, self.count = bed, partition, count
+
+    async def run(self, jobs: LiveJobs, signals: _Signals) -> dict[str, float | None]:
+        """From slurmctld's start (its log) to the watcher's signal, and to the first answer that
+        says RUNNING to a reader asking for that job alone every POLL_SECONDS, ms: p50, p99, n."""
+        submitted: list[int] = []
+        visible: dict[int, float] = {}
+        body = _bridge_job(self.partition.name, hold=False)
+        headers = {"X-SLURM-USER-NAME": self.bed.user_name, "X-SLURM-USER-TOKEN": self.bed.token()}
+        async with httpx.AsyncClient(
+            base_url=f"{self.bed.rest_url}/slurm/v0.0.44", headers=headers, timeout=60
+        ) as client:
+
+            async def until_visible(job_id: int) -> None:
+                while True:
+                    answer = await client.get("/jobs/state/", params={"job_id": str(job_id)})
+                    if any("RUNNING" in (job.get("state") or ()) for job in answer.json().get("jobs") or []):
+                        visible[job_id] = time.time()
+                        return
+                    await asyncio.sleep(POLL_SECONDS)
+
+            readers = []
+            for _ in range(self.count):
+                response = await client.post("/job/submit", json=body)
+                if response.status_code != 200:
+                    raise SlurmBedError(f"a probe: HTTP {response.status_code} {response.text[:300]}")
+                job_id = int(response.json()["job_id"])
+                jobs.track(job_id, PLACEMENT)
+                submitted.append(job_id)
+                readers.append(asyncio.create_task(until_visible(job_id)))
+                await asyncio.sleep(1 / PROBE_RATE)
+            async with signals.told:
+                with contextlib.suppress(TimeoutError):  # the untold are left out of the figures
+                    told_all = signals.told_running.keys()
+                    await asyncio.wait_for(signals.told.wait_for(lambda: told_all >= set(submitted)), 60)
+            for reader in readers:
+                reader.cancel()
+            await asyncio.gather(*readers, return_exceptions=True)
+            for job_id in submitted:  # freed for the next level's probes
+                await client.delete(f"/job/{job_id}")
+        started = await asyncio.to_thread(running_times, self.bed, submitted)
+
+        def since_start(at: dict[int, float]) -> list[float]:
+            return [1000 * (at[job] - started[job]) for job in submitted if job in started and job in at]
+
+        told, seen = since_start(signals.told_running), since_start(visible)
+        return {
+            "p50": _ms(percentile(told, 50)),
+            "p99": _ms(percentile(told, 99)),
+            "n": len(told),
+            "visible_p50": _ms(percentile(seen, 50)),
+            "visible_p99": _ms(percentile(seen, 99)),
+        }
+
+
+def _ms(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
 
 
 class _TimedWatcher(JobWatcher):
@@ -104,6 +190,8 @@ class Level:
     slurmctld_cpu_per_second: float | None  # idle cost subtracted
     slurmrestd_cpu_per_second: float | None  # idle cost subtracted
     watcher_cpu_per_second: float
+    followed_running: int = 0  # of the followed jobs, those Slurm runs (the rest wait)
+    started_to_told_ms: dict[str, float | None] | None = None  # probes: p50, p99, n
 
 
 class SlurmCpu:
@@ -135,6 +223,7 @@ async def measure(
     seconds: float,
     interval: float,
     idle: tuple[float | None, float | None],
+    probes: "Probes",
 ) -> Level:
     cpu = SlurmCpu(bed)
     transport = _QueryCounting()
@@ -144,9 +233,10 @@ async def measure(
         jobs.track(job_id, PLACEMENT)
     ready = asyncio.Event()
     ready.set()
+    signals = _Signals()
     watcher = _TimedWatcher(
         slurm,
-        cast(Client, _Signals()),
+        cast(Client, signals),
         jobs,
         installation=INSTALLATION,
         ready=ready,
@@ -173,6 +263,8 @@ async def measure(
         timed = watcher.pass_seconds[passes:]
         stats = transport.stats.snapshot()
         query_chars = transport.query_chars
+        running = sum(1 for state in (await slurm.job_states(job_ids)).values() if "RUNNING" in state)
+        started_to_told = await probes.run(jobs, signals)
     finally:
         loop.cancel()
         await asyncio.gather(loop, return_exceptions=True)
@@ -196,6 +288,8 @@ async def measure(
         slurmctld_cpu_per_second=_round(per_second(cpu_after[0], cpu_before[0], idle[0])),
         slurmrestd_cpu_per_second=_round(per_second(cpu_after[1], cpu_before[1], idle[1])),
         watcher_cpu_per_second=round((mine_after - mine_before) / wall, 4),
+        followed_running=running,
+        started_to_told_ms=started_to_told,
     )
 
 
@@ -207,9 +301,10 @@ def print_levels(levels: Sequence[Level], foreign: int) -> None:
     def row(label: str, values: Sequence[object]) -> None:
         print(f"| {label} | " + " | ".join(str(value) for value in values) + " |")
 
-    print(f"\nJob watcher, all followed jobs pending; {foreign:,} foreign jobs in Slurm\n")
+    print(f"\nJob watcher; {foreign:,} foreign jobs in Slurm\n")
     row("followed jobs", [f"{level.followed:,}" for level in levels])
     print("|---|" + "---|" * len(levels))
+    row("of them running (the rest pending)", [f"{level.followed_running:,}" for level in levels])
     row("first read of every job, s", [level.first_read_seconds for level in levels])
     row("passes/s", [level.passes_per_second for level in levels])
     row("pass mean / p99, ms", [f"{level.pass_mean_ms} / {level.pass_p99_ms}" for level in levels])
@@ -221,23 +316,35 @@ def print_levels(levels: Sequence[Level], foreign: int) -> None:
     row("slurmctld CPU s/s (idle subtracted)", [level.slurmctld_cpu_per_second for level in levels])
     row("slurmrestd CPU s/s (idle subtracted)", [level.slurmrestd_cpu_per_second for level in levels])
     row("watcher CPU s/s", [level.watcher_cpu_per_second for level in levels])
+    told = [level.started_to_told_ms or {} for level in levels]
+    row("probe started -> told RUNNING, p50 ms", [figures.get("p50") for figures in told])
+    row("probe started -> told RUNNING, p99 ms", [figures.get("p99") for figures in told])
+    row("probe started -> RUNNING answered at all, p50 ms", [figures.get("visible_p50") for figures in told])
+    row("probe started -> RUNNING answered at all, p99 ms", [figures.get("visible_p99") for figures in told])
 
 
-def submit_bridge_jobs(bed: SlurmTestBed, n: int, concurrency: int = 8) -> list[int]:
-    """`n` held external jobs as the bridge's user submits them: the placement's id as comment and
-    the pods in admin_comment (which only an operator may set), so the watcher follows them."""
-    body = {
+def _bridge_job(partition: str, *, hold: bool) -> dict[str, Any]:
+    """An external job as the bridge's user submits it: the placement's id as comment and the
+    pods in admin_comment (which only an operator may set), so the watcher follows it."""
+    return {
         "job": {
             "name": BRIDGE_JOB_NAME,
             "flags": ["EXTERNAL_JOB"],
-            "hold": True,
+            "hold": hold,
             "nodes": "1",
-            "partition": DEFAULT_PARTITION,
+            "minimum_cpus": 1,
+            "memory_per_node": {"set": True, "number": JOB_MEMORY_MB},
+            "partition": partition,
             "current_working_directory": "/tmp",
             "comment": PLACEMENT,
             "admin_comment": admin_comment_for(["bench/pods"]),
         }
     }
+
+
+def submit_bridge_jobs(bed: SlurmTestBed, n: int, partition: str, concurrency: int = 8) -> list[int]:
+    """`n` jobs as the bridge submits them, in order: those that fit run, the others wait."""
+    body = _bridge_job(partition, hold=False)
     headers = {"X-SLURM-USER-NAME": bed.user_name, "X-SLURM-USER-TOKEN": bed.token()}
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     with (
@@ -253,52 +360,79 @@ def submit_bridge_jobs(bed: SlurmTestBed, n: int, concurrency: int = 8) -> list[
                 raise SlurmBedError(f"submitting a job: HTTP {response.status_code} {response.text[:300]}")
             return int(response.json()["job_id"])
 
-        return list(pool.map(submit, range(n)))
+        return sorted(pool.map(submit, range(n)))  # by id: the order Slurm starts them in
 
 
-def cancel_bridge_jobs(bed: SlurmTestBed) -> None:
-    """One bulk cancel of this benchmark's own jobs (by name and the bridge's user)."""
-    headers = {"X-SLURM-USER-NAME": bed.user_name, "X-SLURM-USER-TOKEN": bed.token()}
-    request = {"job_name": BRIDGE_JOB_NAME, "user_name": bed.user_name}
-    response = httpx.request(
-        "DELETE", f"{bed.rest_url}/slurm/v0.0.44/jobs/", headers=headers, json=request, timeout=300
-    )
-    if response.status_code != 200:
-        raise SlurmBedError(
-            f"cancelling the benchmark's jobs: HTTP {response.status_code} {response.text[:300]}"
-        )
+async def wait_for_running(
+    slurm: SlurmClient, job_ids: Sequence[int], running: int, timeout: float = 900.0
+) -> None:
+    """Until Slurm runs `running` of the jobs (it starts a long queue over several passes)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        count = sum(1 for state in (await slurm.job_states(job_ids)).values() if "RUNNING" in state)
+        if count >= running:
+            return
+        if time.monotonic() > deadline:
+            raise SlurmBedError(f"Slurm runs {count} of the {running} jobs that fit after {timeout:g} s")
+        say(f"Slurm runs {count:,} of the {running:,} jobs that fit")
+        await asyncio.sleep(5)
 
 
 async def amain(options: argparse.Namespace) -> list[Level]:
     bed = await asyncio.to_thread(connect_slurm)
     counts = sorted({int(count) for count in options.live.split(",")})
+    running = min(options.running, counts[-1])
+    nodes = -(-running // CPUS_PER_NODE)
     foreign: list[int] = []
-    live: list[int] = []
+    partitions: list[TestPartition] = []
+    slurm = SlurmClient(bed.rest_url, user_name=bed.user_name, token_file=bed.jwt_file)
     try:
+        say(f"a partition of {nodes} nodes x {CPUS_PER_NODE} CPUs, and one for the probes")
+        memory = CPUS_PER_NODE * JOB_MEMORY_MB
+        partitions.append(await asyncio.to_thread(bed.make_partition, nodes, CPUS_PER_NODE, memory))
+        spare = await asyncio.to_thread(bed.make_partition, 1, options.probes, options.probes * JOB_MEMORY_MB)
+        partitions.append(spare)
         if options.foreign:
             say(f"submitting {options.foreign:,} held foreign jobs")
             foreign = await asyncio.to_thread(bed.submit_foreign_jobs, options.foreign, name=FOREIGN_JOB_NAME)
-        say(f"submitting {counts[-1]:,} held jobs as the bridge submits them")
-        live = await asyncio.to_thread(submit_bridge_jobs, bed, counts[-1])
+        say(f"submitting {counts[-1]:,} jobs as the bridge submits them ({running:,} fit)")
+        live = await asyncio.to_thread(submit_bridge_jobs, bed, counts[-1], partitions[0].name)
+        await wait_for_running(slurm, live, running)
         cpu = SlurmCpu(bed)
         say(f"Slurm's idle cost over {options.seconds:g} s")
         idle = await idle_cost(cpu, options.seconds)
+        probes = Probes(bed, spare, options.probes)
         levels = []
         for count in counts:
             say(f"following {count:,} jobs")
-            levels.append(await measure(bed, live[:count], options.seconds, options.interval, idle))
+            levels.append(await measure(bed, live[:count], options.seconds, options.interval, idle, probes))
         return levels
     finally:
+        await slurm.close()
         say("cancelling the jobs submitted")
-        await asyncio.to_thread(cancel_bridge_jobs, bed)
+        await asyncio.to_thread(bed.cancel_jobs, name=BRIDGE_JOB_NAME)
         if foreign:
             await asyncio.to_thread(bed.cancel_foreign_jobs, name=FOREIGN_JOB_NAME)
+        for partition in partitions:
+            await asyncio.to_thread(remove, bed, partition)
+
+
+def remove(bed: SlurmTestBed, partition: TestPartition) -> None:
+    """The partition and its nodes, once its jobs were cancelled in bulk; `cleanup` only if a job
+    is left (it lists every job in Slurm, which takes minutes and gigabytes at 30,000 jobs)."""
+    try:
+        bed.scontrol_quiet("delete", f"PartitionName={partition.name}")
+        bed.delete_nodes(partition.node_names)
+    except SlurmBedError:
+        partition.cleanup()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.watcher", description=__doc__.split("\n\n")[0])
     parser.add_argument("--live", default="100,1000,10000", help="followed jobs, comma-separated")
+    parser.add_argument("--running", type=int, default=5_000, help="of the bridge's jobs, those that run")
     parser.add_argument("--foreign", type=int, default=20_000, help="held jobs of another user in Slurm")
+    parser.add_argument("--probes", type=int, default=20, help="probe jobs a level, one a second")
     parser.add_argument("--seconds", type=float, default=20.0, help="measured steady state per count")
     parser.add_argument("--interval", type=float, default=0.25, help="the watcher's JOB_WATCH_INTERVAL")
     parser.add_argument("--json", help="also write the figures here")
