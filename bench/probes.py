@@ -107,15 +107,26 @@ def child_pid(comm: str) -> int | None:
     return None
 
 
+def _argv0(pid: str) -> str:
+    return os.path.basename(
+        Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+    )
+
+
 def pids_by_comm(comm: str, root: Path | None = None) -> list[int]:
-    """Processes named `comm`, optionally only those living in the chroot `root` (read-only look-up)."""
+    """Processes named `comm`, optionally only those living in the chroot `root` (read-only look-up).
+
+    Named by their command name or by the first word of their command line: slurmctld re-executes
+    itself on `scontrol reconfigure` through the file its `slurmctld` link points to, and its
+    command name becomes that file's (Debian: `slurmctld-wlm`) while its command line stays.
+    """
     found = []
     wanted_root = os.path.realpath(root) if root is not None else None
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
-            if Path(f"/proc/{entry}/comm").read_text().strip() != comm:
+            if Path(f"/proc/{entry}/comm").read_text().strip() != comm and _argv0(entry) != comm:
                 continue
             if wanted_root is not None and os.path.realpath(f"/proc/{entry}/root") != wanted_root:
                 continue

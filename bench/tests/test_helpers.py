@@ -1,7 +1,9 @@
 """The benchmark's own helpers: pure functions and parsers, no servers (fast)."""
 
 import json
+import subprocess
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from temporalio.api.enums.v1 import EventType
@@ -15,6 +17,7 @@ from bench.placement.results import placement_rate
 from bench.placement.scenarios import stats_delta
 from bench.probes import (
     RequestStats,
+    pids_by_comm,
     recheck_times,
     split_history,
     step_durations,
@@ -273,3 +276,15 @@ def test_the_closed_loop_ceiling_is_the_slots_times_the_passes_per_second() -> N
         "fill": 1.0,
     }
     assert pass_summary(passes[:1], concurrency=20) is None
+
+
+def test_a_process_is_found_by_the_name_on_its_command_line_too() -> None:
+    # slurmctld after `scontrol reconfigure`: command name slurmctld-wlm, command line slurmctld.
+    process = subprocess.Popen(["bench-probe-name", "30"], executable="/bin/sleep")
+    try:
+        assert process.pid in pids_by_comm("bench-probe-name")
+        assert process.pid in pids_by_comm("sleep")
+        assert process.pid not in pids_by_comm("bench-probe-name", root=Path("/nonexistent"))
+    finally:
+        process.kill()
+        process.wait()
