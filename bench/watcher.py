@@ -19,6 +19,8 @@ restart costs, printed too), for `--seconds`:
 - Slurm requests per pass, their query-string characters and answer bytes;
 - slurmctld's and slurmrestd's CPU per second, with what they spend idle (measured first, for
   the same time, with no watcher) subtracted; and the watcher's own CPU per second;
+- slurmctld's main and backfill scheduling cycles (`GET /diag/`): the share of the time they
+  held its job lock, which every job query waits out, and their mean length;
 - then `--probes` jobs, one a second, in a partition of their own with free CPUs, followed as
   they are submitted (as the pod watcher follows a placement's job once its pods carry the id):
   from slurmctld's start (its log, ms) to the watcher's `job_changed` signal saying RUNNING, p50
@@ -190,7 +192,9 @@ class Level:
     slurmctld_cpu_per_second: float | None  # idle cost subtracted
     slurmrestd_cpu_per_second: float | None  # idle cost subtracted
     watcher_cpu_per_second: float
-    followed_running: int = 0  # of the followed jobs, those Slurm runs (the rest wait)
+    followed_running: int = 0  # of the followed jobs, those Slurm runs (the rest pending)
+    # slurmctld's scheduling over the window: {"main"|"backfill": (share of the time, mean cycle ms)}
+    scheduling: dict[str, tuple[float, float | None]] | None = None
     started_to_told_ms: dict[str, float | None] | None = None  # probes: p50, p99, n
 
 
@@ -257,9 +261,11 @@ async def measure(
         passes = len(watcher.pass_seconds)
         transport.stats.reset()
         transport.query_chars = 0
+        cycles_before = await asyncio.to_thread(scheduler_cycles, bed)
         cpu_before, mine_before, at = cpu.sample(), cpu_seconds(os.getpid()) or 0.0, time.monotonic()
         await asyncio.sleep(seconds)
         cpu_after, mine_after, wall = cpu.sample(), cpu_seconds(os.getpid()) or 0.0, time.monotonic() - at
+        cycles_after = await asyncio.to_thread(scheduler_cycles, bed)
         timed = watcher.pass_seconds[passes:]
         stats = transport.stats.snapshot()
         query_chars = transport.query_chars
@@ -289,8 +295,36 @@ async def measure(
         slurmrestd_cpu_per_second=_round(per_second(cpu_after[1], cpu_before[1], idle[1])),
         watcher_cpu_per_second=round((mine_after - mine_before) / wall, 4),
         followed_running=running,
+        scheduling=scheduling_share(cycles_before, cycles_after, wall),
         started_to_told_ms=started_to_told,
     )
+
+
+def scheduler_cycles(bed: SlurmTestBed) -> dict[str, tuple[int, int]]:
+    """slurmctld's scheduling cycles so far (`GET /diag/`, as `sdiag`): {scheduler: (count, µs)}.
+
+    A cycle holds slurmctld's job lock (backfill lets go for `bf_yield_sleep` every
+    `bf_yield_interval`, 2 s by default): a job query (the watcher's probe, `squeue`) waits for
+    it, so the cycles' share of the time is how often a reader has to wait one out."""
+    stats = bed.rest("GET", "/diag/").json().get("statistics") or {}
+    return {
+        "main": (int(stats.get("schedule_cycle_total") or 0), int(stats.get("schedule_cycle_sum") or 0)),
+        "backfill": (int(stats.get("bf_cycle_counter") or 0), int(stats.get("bf_cycle_sum") or 0)),
+    }
+
+
+def scheduling_share(
+    before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]], wall: float
+) -> dict[str, tuple[float, float | None]]:
+    """Per scheduler: the share of `wall` its cycles took, and their mean length in ms."""
+    shares: dict[str, tuple[float, float | None]] = {}
+    for scheduler, (count, spent) in after.items():
+        cycles, micros = count - before[scheduler][0], spent - before[scheduler][1]
+        if cycles < 0 or micros < 0:  # the statistics were reset meanwhile (midnight, a restart)
+            cycles, micros = count, spent
+        mean = round(micros / 1000 / cycles, 1) if cycles else None
+        shares[scheduler] = (round(micros / 1e6 / wall, 3), mean)
+    return shares
 
 
 def _round(value: float | None) -> float | None:
@@ -316,6 +350,12 @@ def print_levels(levels: Sequence[Level], foreign: int) -> None:
     row("slurmctld CPU s/s (idle subtracted)", [level.slurmctld_cpu_per_second for level in levels])
     row("slurmrestd CPU s/s (idle subtracted)", [level.slurmrestd_cpu_per_second for level in levels])
     row("watcher CPU s/s", [level.watcher_cpu_per_second for level in levels])
+    for scheduler in ("main", "backfill"):
+        shares = [(level.scheduling or {}).get(scheduler) for level in levels]
+        row(
+            f"slurmctld {scheduler} scheduler: share of the time / mean cycle, ms",
+            [f"{share[0]:.0%} / {share[1]}" if share else None for share in shares],
+        )
     told = [level.started_to_told_ms or {} for level in levels]
     row("probe started -> told RUNNING, p50 ms", [figures.get("p50") for figures in told])
     row("probe started -> told RUNNING, p99 ms", [figures.get("p99") for figures in told])
