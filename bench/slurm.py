@@ -66,7 +66,7 @@ class ActivitySlurm(SlurmClient):
 
 
 class WatcherSlurm(SlurmClient):
-    """The job watcher's Slurm client: when its probe first saw each job RUNNING, and each pass."""
+    """The job watcher's Slurm client: when its probe first saw each job RUNNING (its requests counted)."""
 
     def __init__(self, *args: Any, counter: CountingTransport, **kwargs: Any) -> None:
         super().__init__(*args, transport=counter, **kwargs)
@@ -74,7 +74,6 @@ class WatcherSlurm(SlurmClient):
         self.probed_running: dict[int, float] = {}  # job id → first `GET /jobs/state/` that said RUNNING
         self.read_running: dict[int, float] = {}  # job id → first `GET /job/{id}` that said RUNNING
         self.reasons: dict[int, list[str]] = {}  # job id → pending reasons read
-        self.passes: list[tuple[float, int]] = []  # (answered at, job ids asked about)
         self.running = asyncio.Event()  # cleared: the watcher's next request waits (a control window)
         self.running.set()
 
@@ -84,7 +83,6 @@ class WatcherSlurm(SlurmClient):
         await self.running.wait()
         states = await super().job_states(job_ids, chunk_size=chunk_size)
         now = time.time()
-        self.passes.append((now, len(job_ids)))
         for job_id, state in states.items():
             if _running(state):
                 self.probed_running.setdefault(job_id, now)

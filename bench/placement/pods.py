@@ -21,6 +21,7 @@ from bench.slurm import ActivitySlurm, WatcherSlurm
 from bridge.models import PodRef
 from testbed.history_cost import HistoryCost
 from testbed.slurm_bed import SlurmTestBed, TestPartition
+from worker.job_watcher import JobWatcher
 from worker.pod_watcher import workflow_id
 
 
@@ -39,6 +40,7 @@ class PodDriver:
     installation: str
     activity_slurm: ActivitySlurm
     watcher_slurm: WatcherSlurm
+    job_watcher: JobWatcher
     kube_client: CountingKube
 
     def __init__(

@@ -56,7 +56,6 @@ class Scenarios(PodDriver):
         self.kube_client.requests.clear()
         self.activity_slurm.counter.stats.reset()
         self.watcher_slurm.counter.stats.reset()
-        self.watcher_slurm.passes.clear()
 
     # -- scenario: batch ------------------------------------------------------
 
@@ -89,7 +88,7 @@ class Scenarios(PodDriver):
         say(f"hold: {o.pods} placements in flight for {o.hold:g} s")
         metrics_hold = self.metrics()
         hold_stats = self.watcher_slurm.counter.stats.snapshot()
-        passes_hold = len(self.watcher_slurm.passes)
+        passes_hold = self.job_watcher.passes
         cpu_hold = self.cpu()
         r.hold.start = time.time()
         if o.recheck:
@@ -100,7 +99,7 @@ class Scenarios(PodDriver):
         r.hold.cpu = self.cpu().since(cpu_hold)
         r.hold_actions = metric_delta(self.metrics(), metrics_hold, "action", "action_type")
         r.slurm_hold = stats_delta(self.watcher_slurm.counter.stats, hold_stats)
-        r.watcher_passes_hold = len(self.watcher_slurm.passes) - passes_hold
+        r.watcher_passes_hold = self.job_watcher.passes - passes_hold
         gc.collect()
         r.rss_kb["worker_in_flight"] = memory_kb(pid)
         r.rss_kb["server_in_flight"] = memory_kb(self.server_pid)
@@ -255,7 +254,7 @@ class Scenarios(PodDriver):
         say(f"hold: {r.in_flight} placements in flight for {o.hold:g} s")
         metrics_hold = self.metrics()
         hold_stats = self.watcher_slurm.counter.stats.snapshot()
-        passes_hold = len(self.watcher_slurm.passes)
+        passes_hold = self.job_watcher.passes
         cpu_hold = self.cpu()
         r.hold.start = time.time()
         await asyncio.sleep(o.hold)
@@ -263,7 +262,7 @@ class Scenarios(PodDriver):
         r.hold.cpu = self.cpu().since(cpu_hold)
         r.hold_actions = metric_delta(self.metrics(), metrics_hold, "action", "action_type")
         r.slurm_hold = stats_delta(self.watcher_slurm.counter.stats, hold_stats)
-        r.watcher_passes_hold = len(self.watcher_slurm.passes) - passes_hold
+        r.watcher_passes_hold = self.job_watcher.passes - passes_hold
         gc.collect()
         r.rss_kb["worker_in_flight"] = memory_kb(pid)
         r.rss_kb["server_in_flight"] = memory_kb(self.server_pid)

@@ -88,7 +88,7 @@ class SiteScenario(Scenarios):
         o = self.o
         gc.collect()
         stats = self.watcher_slurm.counter.stats.snapshot()
-        passes = len(self.watcher_slurm.passes)
+        passes = self.job_watcher.passes
         actions = self.actions()
         cpu = self.cpu()
         started = time.time()
@@ -97,7 +97,7 @@ class SiteScenario(Scenarios):
         measured.hold_cpu = self.cpu().since(cpu)
         measured.hold_actions = self.actions() - actions
         measured.watcher = stats_delta(self.watcher_slurm.counter.stats, stats)
-        measured.watcher_passes = len(self.watcher_slurm.passes) - passes
+        measured.watcher_passes = self.job_watcher.passes - passes
         measured.rss_worker_kb = memory_kb(os.getpid())
         measured.rss_server_kb = memory_kb(self.server_pid)
         self.watcher_slurm.running.clear()

@@ -95,6 +95,7 @@ class Bench(SiteScenario):
             stack.push_async_callback(self.kube_client.close)
             bridge = Bridge(self.temporal, self.kube_client, self.activity_slurm, settings)
             bridge.job_watcher.slurm = self.watcher_slurm  # its own connection and counters
+            self.job_watcher = bridge.job_watcher  # its passes, counted by itself
             observer = PodObserver(self.kube, self.namespace, self.pods, self._notify)
             observer.start()
             stack.callback(observer.stop)
