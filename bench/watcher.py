@@ -47,12 +47,13 @@ from typing import Any, cast
 import httpx
 from temporalio.client import Client
 
+from bench.placement.driver import remove_partition
 from bench.placement.environment import connect_slurm, say
 from bench.probes import CountingTransport, cpu_seconds, percentile, pids_by_comm
 from bench.slurm import running_times
 from bridge.models import JobEvent, admin_comment_for
 from clients.slurm_client import SlurmClient
-from testbed.slurm_bed import SlurmBedError, SlurmTestBed, TestPartition
+from testbed.slurm_bed import SlurmBedError, SlurmTestBed, TestPartition, wait_until
 from worker.job_registry import LiveJobs
 from worker.job_watcher import JobWatcher
 
@@ -403,19 +404,15 @@ def submit_bridge_jobs(bed: SlurmTestBed, n: int, partition: str, concurrency: i
         return sorted(pool.map(submit, range(n)))  # by id: the order Slurm starts them in
 
 
-async def wait_for_running(
-    slurm: SlurmClient, job_ids: Sequence[int], running: int, timeout: float = 900.0
-) -> None:
+def wait_for_running(bed: SlurmTestBed, job_ids: Sequence[int], running: int) -> None:
     """Until Slurm runs `running` of the jobs (it starts a long queue over several passes)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        count = sum(1 for state in (await slurm.job_states(job_ids)).values() if "RUNNING" in state)
-        if count >= running:
-            return
-        if time.monotonic() > deadline:
-            raise SlurmBedError(f"Slurm runs {count} of the {running} jobs that fit after {timeout:g} s")
-        say(f"Slurm runs {count:,} of the {running:,} jobs that fit")
-        await asyncio.sleep(5)
+    counted = [0]
+
+    def enough() -> bool:
+        counted[0] = sum(1 for state in bed.job_states(job_ids).values() if "RUNNING" in state)
+        return counted[0] >= running
+
+    wait_until(enough, lambda: f"Slurm running {running:,} of the jobs (runs {counted[0]:,})", 900, 5)
 
 
 async def amain(options: argparse.Namespace) -> list[Level]:
@@ -425,7 +422,6 @@ async def amain(options: argparse.Namespace) -> list[Level]:
     nodes = -(-running // CPUS_PER_NODE)
     foreign: list[int] = []
     partitions: list[TestPartition] = []
-    slurm = SlurmClient(bed.rest_url, user_name=bed.user_name, token_file=bed.jwt_file)
     try:
         say(f"a partition of {nodes} nodes x {CPUS_PER_NODE} CPUs, and one for the probes")
         memory = CPUS_PER_NODE * JOB_MEMORY_MB
@@ -437,7 +433,7 @@ async def amain(options: argparse.Namespace) -> list[Level]:
             foreign = await asyncio.to_thread(bed.submit_foreign_jobs, options.foreign, name=FOREIGN_JOB_NAME)
         say(f"submitting {counts[-1]:,} jobs as the bridge submits them ({running:,} fit)")
         live = await asyncio.to_thread(submit_bridge_jobs, bed, counts[-1], partitions[0].name)
-        await wait_for_running(slurm, live, running)
+        await asyncio.to_thread(wait_for_running, bed, live, running)
         cpu = SlurmCpu(bed)
         say(f"Slurm's idle cost over {options.seconds:g} s")
         idle = await idle_cost(cpu, options.seconds)
@@ -448,23 +444,12 @@ async def amain(options: argparse.Namespace) -> list[Level]:
             levels.append(await measure(bed, live[:count], options.seconds, options.interval, idle, probes))
         return levels
     finally:
-        await slurm.close()
         say("cancelling the jobs submitted")
         await asyncio.to_thread(bed.cancel_jobs, name=BRIDGE_JOB_NAME)
         if foreign:
             await asyncio.to_thread(bed.cancel_foreign_jobs, name=FOREIGN_JOB_NAME)
-        for partition in partitions:
-            await asyncio.to_thread(remove, bed, partition)
-
-
-def remove(bed: SlurmTestBed, partition: TestPartition) -> None:
-    """The partition and its nodes, once its jobs were cancelled in bulk; `cleanup` only if a job
-    is left (it lists every job in Slurm, which takes minutes and gigabytes at 30,000 jobs)."""
-    try:
-        bed.scontrol_quiet("delete", f"PartitionName={partition.name}")
-        bed.delete_nodes(partition.node_names)
-    except SlurmBedError:
-        partition.cleanup()
+        for partition in partitions:  # its jobs were cancelled above, in bulk
+            await asyncio.to_thread(remove_partition, bed, partition, (), 0)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

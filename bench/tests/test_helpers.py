@@ -280,11 +280,11 @@ def test_the_closed_loop_ceiling_is_the_slots_times_the_passes_per_second() -> N
 
 def test_a_process_is_found_by_the_name_on_its_command_line_too() -> None:
     # slurmctld after `scontrol reconfigure`: command name slurmctld-wlm, command line slurmctld.
-    process = subprocess.Popen(["bench-probe-name", "30"], executable="/bin/sleep")
+    # `cat` reading a pipe lives until the pipe closes.
+    process = subprocess.Popen(["bench-probe-name"], executable="/bin/cat", stdin=subprocess.PIPE)
     try:
         assert process.pid in pids_by_comm("bench-probe-name")
-        assert process.pid in pids_by_comm("sleep")
+        assert process.pid in pids_by_comm("cat")
         assert process.pid not in pids_by_comm("bench-probe-name", root=Path("/nonexistent"))
     finally:
-        process.kill()
-        process.wait()
+        process.communicate()
