@@ -371,6 +371,33 @@ def step_durations(events: Sequence[HistoryEvent]) -> dict[str, float]:
     return times
 
 
+def wake_times(events: Sequence[HistoryEvent]) -> dict[str, float]:
+    """When (server's clock) the first `job_changed` signal was recorded, the workflow task it woke
+    started, and the task that bound the pods (its local `bind`'s marker follows it) completed.
+
+    With the watcher's and the pod observer's own times, the legs of Slurm RUNNING -> bound: the
+    signal's delivery, the task's wait for a worker, and the task's run with the bind inside.
+    """
+    times: dict[str, float] = {}
+    completed: float | None = None
+    for event in events:
+        at, kind = event_time(event), event.event_type
+        if kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+            if event.workflow_execution_signaled_event_attributes.signal_name == "job_changed":
+                times.setdefault("signal", at)
+        elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED and "signal" in times:
+            times.setdefault("task_started", at)
+        elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            completed = at
+        elif (
+            kind == EventType.EVENT_TYPE_MARKER_RECORDED
+            and local_activity_type(event) == "bind"
+            and completed is not None
+        ):
+            times.setdefault("bound_task_completed", completed)
+    return times
+
+
 def recheck_times(first: float, cap: float, horizon: float) -> list[float]:
     """When a re-check that starts at `first` and doubles up to `cap` fires, within `horizon` (same unit).
 

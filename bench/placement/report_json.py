@@ -5,11 +5,12 @@ from dataclasses import asdict
 from typing import Any
 
 from bench.placement.figures import mean, pass_summary, recheck_cost, recheck_day
+from bench.placement.report_site import WAKE_LEGS
 from bench.placement.results import Results
 from bench.probes import STEP_ROWS, RequestStats, percentile
 from bench.slurm import LISTING
 
-KEYS = ("created_to_bound", "running_to_bound")  # a site level's probe figures
+KEYS = ("created_to_bound", "running_to_bound", *(key for _, key in WAKE_LEGS))  # a site level's probes
 
 
 def to_json(r: Results) -> dict[str, Any]:

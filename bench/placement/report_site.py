@@ -6,6 +6,15 @@ from bench.placement.report_tables import fmt_ms
 from bench.placement.results import Results, SiteLevel
 from bench.probes import percentile
 
+# The legs of a probe's Slurm RUNNING -> bound (site.py: probe_latencies).
+WAKE_LEGS = (
+    ("RUNNING -> the job watcher's probe saw it", "running_to_seen"),
+    ("-> its job_changed signal recorded", "seen_to_signal"),
+    ("-> the workflow task it woke started", "signal_to_task"),
+    ("-> the pod bound (in that task)", "task_to_bound"),
+    ("pod bound -> that task completed", "bound_to_task_completed"),
+)
+
 
 def report_site(r: Results, add: Callable[[str], None]) -> None:
     levels = r.site_levels
@@ -86,3 +95,6 @@ def report_site(r: Results, add: Callable[[str], None]) -> None:
     row("pod created -> bound, p99", probe("created_to_bound", 99))
     row("Slurm RUNNING -> pod bound, p50", probe("running_to_bound", 50))
     row("Slurm RUNNING -> pod bound, p99", probe("running_to_bound", 99))
+    add("  where RUNNING -> bound went, p50 / p99")
+    for label, key in WAKE_LEGS:
+        row(f"    {label}", [f"{a} / {b}" for a, b in zip(probe(key, 50), probe(key, 99), strict=True)])

@@ -27,7 +27,7 @@ from bench.kube import PodTimes
 from bench.placement.environment import say
 from bench.placement.results import SiteLevel
 from bench.placement.scenarios import Scenarios, delta, stats_delta
-from bench.probes import memory_kb, metric_by
+from bench.probes import memory_kb, metric_by, wake_times
 from bench.slurm import running_times
 
 PROBE_RATE = 1.0  # probe pods created per second
@@ -62,7 +62,7 @@ class SiteScenario(Scenarios):
                 f"probe-{level}", o.probes, PROBE_RATE, run_for=PROBE_RUNS, annotations=spare
             )
             await self.wait_closed(probes)
-            measured.probes = self.probe_latencies(probes)
+            measured.probes = await self.probe_latencies(probes)
             r.site_levels.append(measured)
         r.whole.end = time.time()
         r.whole.pods = live
@@ -114,15 +114,27 @@ class SiteScenario(Scenarios):
     def actions(self) -> float:
         return sum(metric_by(self.metrics(), "action", "action_type").values())
 
-    def probe_latencies(self, probes: Sequence[PodTimes]) -> list[dict[str, float | None]]:
+    async def probe_latencies(self, probes: Sequence[PodTimes]) -> list[dict[str, float | None]]:
+        """Each probe's RUNNING -> bound, and its legs: the watcher's probe, the signal's delivery,
+        the workflow task's wait for the worker, the task's run to the pod bound (the server's
+        and this process's clocks are the machine's)."""
         started = running_times(self.bed, [t.job_id for t in probes if t.job_id])
-        figures: list[dict[str, float | None]] = []
-        for probe in probes:
+        slots = asyncio.Semaphore(10)
+
+        async def legs(probe: PodTimes) -> dict[str, float | None]:
+            async with slots:
+                history = await self.temporal.get_workflow_handle(self.workflow_id(probe)).fetch_history()
+            wake = wake_times(history.events)
             running = started.get(probe.job_id or -1)
-            figures.append(
-                {
-                    "created_to_bound": delta(probe.created, probe.bound),
-                    "running_to_bound": delta(running, probe.bound),
-                }
-            )
-        return figures
+            seen = self.watcher_slurm.probed_running.get(probe.job_id or -1)
+            return {
+                "created_to_bound": delta(probe.created, probe.bound),
+                "running_to_bound": delta(running, probe.bound),
+                "running_to_seen": delta(running, seen),
+                "seen_to_signal": delta(seen, wake.get("signal")),
+                "signal_to_task": delta(wake.get("signal"), wake.get("task_started")),
+                "task_to_bound": delta(wake.get("task_started"), probe.bound),
+                "bound_to_task_completed": delta(probe.bound, wake.get("bound_task_completed")),
+            }
+
+        return list(await asyncio.gather(*(legs(probe) for probe in probes)))

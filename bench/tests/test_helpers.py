@@ -21,6 +21,7 @@ from bench.probes import (
     recheck_times,
     split_history,
     step_durations,
+    wake_times,
 )
 from bench.slurm import SchedulerPass, _note_reason, scheduler_passes
 from bridge import keys
@@ -234,6 +235,34 @@ def test_a_local_bind_is_one_action_per_workflow_task_and_its_task_is_timed() ->
     steps = step_durations(history)
     assert abs(steps["task_with_local_bind"] - 0.110) < 1e-6
     assert "task_to_bind" not in steps
+
+
+def test_wake_times_follow_the_job_signal_to_the_task_that_bound() -> None:
+    ev = EventType
+
+    def signal(name: str, at: float) -> HistoryEvent:
+        made = _event(ev.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED, at)
+        made.workflow_execution_signaled_event_attributes.signal_name = name
+        return made
+
+    history = [
+        _event(ev.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED, 10.000),
+        _event(ev.EVENT_TYPE_WORKFLOW_TASK_STARTED, 10.010),  # before any job news
+        _event(ev.EVENT_TYPE_WORKFLOW_TASK_COMPLETED, 10.050),
+        signal("pod_changed", 10.300),
+        signal("job_changed", 10.400),
+        _event(ev.EVENT_TYPE_WORKFLOW_TASK_STARTED, 10.420),
+        _event(ev.EVENT_TYPE_WORKFLOW_TASK_COMPLETED, 10.530),
+        _local_activity_marker(12, "bind", 10.530),
+        signal("job_changed", 12.000),  # a later change: not the one that woke the bind
+        _event(ev.EVENT_TYPE_WORKFLOW_TASK_STARTED, 12.010),
+        _event(ev.EVENT_TYPE_WORKFLOW_TASK_COMPLETED, 12.020),
+        _local_activity_marker(17, "release", 12.020),
+    ]
+    times = wake_times(history)
+    expected = {"signal": 10.400, "task_started": 10.420, "bound_task_completed": 10.530}
+    assert times.keys() == expected.keys()
+    assert all(abs(times[key] - at) < 1e-6 for key, at in expected.items()), times
 
 
 def test_job_starts_are_grouped_into_the_scheduling_passes_that_made_them() -> None:
