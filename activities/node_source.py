@@ -15,6 +15,7 @@ from temporalio.exceptions import ApplicationError
 
 from bridge import keys
 from bridge.feasibility import is_bridge_node, slurm_node_name
+from bridge.resources import Capacity, total_allocatable
 from clients.kube_client import Json, KubeClient, KubeNotFound, api_path
 from clients.slurm_client import SlurmClient
 
@@ -22,8 +23,9 @@ NODE_NOT_FOUND = "NodeNotFound"  # the failure type of a placement whose node Ku
 
 
 class NodeSource(Protocol):
-    async def bridge_nodes(self) -> list[Json]:
-        """The bridge's nodes, whole objects as the API server serves them."""
+    async def bridge_nodes(self) -> Sequence[Json]:
+        """The bridge's nodes, whole objects as the API server serves them (not to be changed:
+        a cache hands the same ones to every caller)."""
         ...
 
 
@@ -42,6 +44,24 @@ class ListedNodes:
 
     async def bridge_nodes(self) -> list[Json]:
         return await list_bridge_nodes(self.kube, self.scheduler_name)
+
+
+class CapacityMemo:
+    """The capacity (`bridge.resources.total_allocatable`) of the nodes last asked about.
+
+    The node cache hands out one snapshot per state of its store (worker/node_cache.py), so the
+    placements submitted between two node changes sum the nodes once, not once each: summing
+    every node's quantities at each submission grows with the cluster, on the worker's one event
+    loop. A listing is a new object each time, and is summed each time.
+    """
+
+    def __init__(self) -> None:
+        self._last: tuple[Sequence[Json], Capacity] | None = None
+
+    def of(self, nodes: Sequence[Json]) -> Capacity:
+        if self._last is None or self._last[0] is not nodes:
+            self._last = (nodes, total_allocatable(nodes))
+        return self._last[1]
 
 
 async def kubernetes_node_names(kube: KubeClient, source: NodeSource, slurm_nodes: list[str]) -> list[str]:

@@ -31,6 +31,7 @@ from activities.dra import DeviceClaims
 from activities.errors import classified, waits_for_slurm
 from activities.kube import BOUND_ELSEWHERE, INVALID_POD, UNPROCESSABLE, KubeActivities, now
 from activities.node_source import (
+    CapacityMemo,
     ListedNodes,
     NodeSource,
     SlurmNodeNames,
@@ -61,7 +62,6 @@ from bridge.models import (
     UpdatePendingJobInput,
 )
 from bridge.pod_events import job_annotations, job_id_label
-from bridge.resources import total_allocatable
 from bridge.slurm_jobs import job_event_of, placement_of
 from bridge.tolerations import managed_node_toleration, tolerates_managed_nodes
 from bridge.translate import sizing_note
@@ -91,6 +91,7 @@ class PlacementActivities:
         self.slurm = slurm
         # The worker's watched cache of the bridge's nodes; listed on each use without one.
         self.nodes = nodes or ListedNodes(kube.kube, kube.settings.scheduler_name)
+        self.capacity = CapacityMemo()
         # DRA_DEVICE_CLASSES: the claims name the GRES indexes or cores each class maps to.
         self.claims = DeviceClaims(kube.kube, slurm.slurm, honoured)
         # The worker's Slurm-health gate: with it, a step that finds Slurm away fails at once
@@ -143,7 +144,7 @@ class PlacementActivities:
             group,
             [(part, excluded_slurm_nodes(check)) for part, check in zip(parts, checks, strict=True)],
             # Judged at submission only: a job already accepted is not refused later.
-            capacity=total_allocatable(nodes) if nodes else None,
+            capacity=self.capacity.of(nodes) if nodes else None,
         )
         recovery = given.recovery or activity.info().attempt > 1
         submitted = await self._submit(job, given.placement_id, since=given.since, recovery=recovery)
@@ -207,7 +208,7 @@ class PlacementActivities:
             return None
         return await self._read_job(submitted.job_id)
 
-    async def _bridge_nodes(self) -> list[Json]:
+    async def _bridge_nodes(self) -> Sequence[Json]:
         return await self.nodes.bridge_nodes()
 
     async def _submit(

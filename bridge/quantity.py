@@ -5,6 +5,7 @@ the quantity grammar of k8s.io/apimachinery exactly, with exact arithmetic: a
 float would turn "0.1" CPU into 0.1000000000000000055 and round it up wrongly.
 """
 
+import functools
 import math
 import re
 from fractions import Fraction
@@ -38,6 +39,9 @@ class QuantityError(ValueError):
     """A string that is not a Kubernetes quantity."""
 
 
+# Kept: a placement adds up every node's allocatable and each pod's requests, the same few
+# strings ("4", "8000Mi") over and over. Fractions do not change; a refusal is not kept.
+@functools.lru_cache(maxsize=1024)
 def parse_quantity(text: str) -> Fraction:
     if len(text) > MAX_QUANTITY_LENGTH:
         raise QuantityError(f"{text[:20]!r}... is too long to be a Kubernetes quantity")

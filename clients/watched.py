@@ -36,6 +36,7 @@ class WatchedObjects(Generic[T]):
         on_synced: Callable[[frozenset[str]], None] | None = None,
     ) -> None:
         self.items: dict[str, T] = {}
+        self.version = 0  # counts the changes to `items`: what is derived from them knows when to redo
         self._keep = keep
         self._on_synced_too = on_synced
         self._changed = asyncio.Event()
@@ -105,4 +106,5 @@ class WatchedObjects(Generic[T]):
         self._notify()
 
     def _notify(self) -> None:
+        self.version += 1
         self._changed.set()

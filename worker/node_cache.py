@@ -19,7 +19,7 @@ a node no rule reads (the image list, managed fields) are dropped.
 """
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from activities.node_source import list_bridge_nodes
 from bridge.feasibility import is_bridge_node
@@ -44,6 +44,7 @@ class NodeCache:
         # A node that stops being the bridge's (node sync lifted its taint) leaves the store.
         self._store = WatchedObjects(kube, api_path("nodes"), self._kept, name="bridge nodes")
         self._running = False
+        self._snapshot: tuple[int, tuple[Json, ...]] = (-1, ())  # (the store's version, its nodes)
         self.reads = 0  # calls answered from the watch
         self.listings = 0  # calls answered by listing, because the cache was not synced
 
@@ -59,7 +60,7 @@ class NodeCache:
         finally:
             self._running = False
 
-    async def bridge_nodes(self) -> list[Json]:
+    async def bridge_nodes(self) -> Sequence[Json]:
         if not self.synced:
             self.listings += 1
             return await list_bridge_nodes(self.kube, self.scheduler_name)
@@ -70,9 +71,17 @@ class NodeCache:
         """Return once `predicate(self)` holds, checked after each change the watch brings."""
         await self._store.wait_until(lambda: predicate(self))
 
-    def nodes_now(self) -> list[Json]:
-        """What the watch has seen so far (complete only once `synced`)."""
-        return list(self._store.items.values())
+    def nodes_now(self) -> Sequence[Json]:
+        """What the watch has seen so far (complete only once `synced`).
+
+        One tuple per state of the store, the same object until a node changes: what placements
+        work out from the nodes (activities/node_source.py, `CapacityMemo`) is worked out once.
+        """
+        version, nodes = self._snapshot
+        if version != self._store.version:
+            nodes = tuple(self._store.items.values())
+            self._snapshot = (self._store.version, nodes)
+        return nodes
 
     def _kept(self, node: Json) -> Json | None:
         return trimmed(node) if is_bridge_node(node, self.scheduler_name) else None

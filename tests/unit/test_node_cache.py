@@ -8,11 +8,11 @@ watch, costs no request per read once synced, and lists while it is not synced.
 """
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 
 import pytest
 
-from activities.node_source import ListedNodes, kubernetes_node_names
+from activities.node_source import CapacityMemo, ListedNodes, kubernetes_node_names
 from bridge import keys
 from clients.kube_client import Json, KubeClient, api_path
 from testbed.kube_fake import FakeKubeServer
@@ -37,7 +37,7 @@ async def cache(client: KubeClient) -> AsyncIterator[NodeCache]:
     await asyncio.gather(task, return_exceptions=True)
 
 
-def names(nodes: list[Json]) -> set[str]:
+def names(nodes: Sequence[Json]) -> set[str]:
     return {node["metadata"]["name"] for node in nodes}
 
 
@@ -152,3 +152,37 @@ def test_keeps_only_what_node_rules_read() -> None:
         "status": {"allocatable": {"cpu": "4"}, "conditions": []},
     }
     assert "managedFields" in node["metadata"]  # the event's object is not changed
+
+
+async def test_hands_out_one_snapshot_until_a_node_changes(
+    kube: FakeKubeServer, client: KubeClient, cache: NodeCache
+) -> None:
+    """What placements work out from the nodes (the cluster's capacity) is then worked out once per
+    change, not once per submission: at 1,000 nodes summing them took a tenth of the event loop."""
+    bridge_node_set(kube)
+    await until(cache, lambda c: c.synced)
+    first = await cache.bridge_nodes()
+    assert await cache.bridge_nodes() is first
+    kube.update_object("nodes", "registered", lambda node: node["status"]["allocatable"].update({"cpu": "9"}))
+    await until(cache, lambda c: c.nodes_now() is not first)
+    changed = await cache.bridge_nodes()
+    assert {n["metadata"]["name"]: n["status"]["allocatable"]["cpu"] for n in changed}["registered"] == "9"
+    assert await cache.bridge_nodes() is changed
+
+
+async def test_the_capacity_of_one_snapshot_is_summed_once(
+    kube: FakeKubeServer, client: KubeClient, cache: NodeCache
+) -> None:
+    bridge_node_set(kube)
+    await until(cache, lambda c: c.synced)
+    capacity = CapacityMemo()
+    first = capacity.of(await cache.bridge_nodes())
+    assert first.nodes == len(BRIDGE_NODES)
+    assert capacity.of(await cache.bridge_nodes()) is first
+    before = cache.nodes_now()
+    kube.update_object("nodes", "registered", lambda node: node["status"]["allocatable"].update({"cpu": "9"}))
+    await until(cache, lambda c: c.nodes_now() is not before)
+    assert capacity.of(await cache.bridge_nodes()).allocatable["cpu"] == first.allocatable["cpu"] + 5
+    # A listing is new each time: summed each time.
+    listed = ListedNodes(client, SCHEDULER)
+    assert capacity.of(await listed.bridge_nodes()) is not capacity.of(await listed.bridge_nodes())
