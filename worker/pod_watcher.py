@@ -113,6 +113,9 @@ class PodWatcher:
         self._refs: dict[str, PodRef] = {}
         self._signature: dict[str, tuple[Any, ...]] = {}
         self._job_of: dict[str, int] = {}  # pod uid → the Slurm job its label names
+        # And back, job → the uids labelled with it: a pod event looks at its own job's pods
+        # only, not at every pod's job (at 10,000 pods a walk of all of them on every event).
+        self._pods_of: dict[int, set[str]] = {}
         self._finished: set[str] = set()  # uids of claimed pods that finished
         self._started: set[str] = set()  # uids whose placement was started or joined
         # Unclaimed pods given to each group's placement (workflow id → uids): while fewer than
@@ -185,10 +188,14 @@ class PodWatcher:
         job_id = job_id_label(pod)
         if job_id is None:
             return
+        before = self._job_of.get(uid)
+        if before is not None and before != job_id:
+            self._unlabel(uid, before)  # labelled with another job: that job keeps being followed
         self._job_of[uid] = job_id
+        self._pods_of.setdefault(job_id, set()).add(uid)
         if finished:
             self._finished.add(uid)
-        if all(other in self._finished for other, job in self._job_of.items() if job == job_id):
+        if all(other in self._finished for other in self._pods_of[job_id]):
             # Every pod of the job finished: the placement cancels it; nothing to watch for.
             self.jobs.finished(job_id)
         else:
@@ -202,10 +209,18 @@ class PodWatcher:
         self._started.discard(pod.uid)
         self._finished.discard(pod.uid)
         job_id = self._job_of.pop(pod.uid, None)
-        if job_id is not None and job_id not in self._job_of.values():
+        if job_id is not None and not self._unlabel(pod.uid, job_id):
             self.jobs.forget(job_id)
         if pod.uid in self._workflow_of:
             self._delivery.submit(pod.uid, (PodEvent(pod=pod, gone=True), None, False))
+
+    def _unlabel(self, uid: str, job_id: int) -> bool:
+        """The pod no longer carries the job's label; whether another pod still does."""
+        pods = self._pods_of.get(job_id, set())
+        pods.discard(uid)
+        if not pods:
+            self._pods_of.pop(job_id, None)
+        return bool(pods)
 
     async def _group_of(self, pod: Json, ref: PodRef) -> grouping.Group:
         """The pod's group; PodGroupNotFound when it names a PodGroup that does not exist yet."""
