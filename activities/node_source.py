@@ -8,17 +8,17 @@ does so on every call. The worker passes a watched cache instead
 (worker/node_cache.py), so a placement costs no node request at all.
 """
 
-from collections.abc import Iterable, Sequence
-from typing import Protocol
+from collections.abc import Callable, Iterable, Sequence
+from typing import Generic, Protocol, TypeVar
 
 from temporalio.exceptions import ApplicationError
 
 from bridge import keys
 from bridge.feasibility import is_bridge_node, slurm_node_name
-from bridge.resources import Capacity, total_allocatable
 from clients.kube_client import Json, KubeClient, KubeNotFound, api_path
 from clients.slurm_client import SlurmClient
 
+T = TypeVar("T")
 NODE_NOT_FOUND = "NodeNotFound"  # the failure type of a placement whose node Kubernetes lacks
 
 
@@ -46,21 +46,23 @@ class ListedNodes:
         return await list_bridge_nodes(self.kube, self.scheduler_name)
 
 
-class CapacityMemo:
-    """The capacity (`bridge.resources.total_allocatable`) of the nodes last asked about.
+class PerSnapshot(Generic[T]):
+    """What `derive` makes of the nodes last asked about, made again only for other nodes.
 
     The node cache hands out one snapshot per state of its store (worker/node_cache.py), so the
-    placements submitted between two node changes sum the nodes once, not once each: summing
-    every node's quantities at each submission grows with the cluster, on the worker's one event
-    loop. A listing is a new object each time, and is summed each time.
+    placements submitted between two node changes derive what they need from the nodes (their
+    capacity, which nodes each set of node rules keeps pods off) once, not once each: work that
+    grows with the cluster, on the worker's one event loop. A listing is a new object each time,
+    and is derived from each time.
     """
 
-    def __init__(self) -> None:
-        self._last: tuple[Sequence[Json], Capacity] | None = None
+    def __init__(self, derive: Callable[[Sequence[Json]], T]) -> None:
+        self._derive = derive
+        self._last: tuple[Sequence[Json], T] | None = None
 
-    def of(self, nodes: Sequence[Json]) -> Capacity:
+    def of(self, nodes: Sequence[Json]) -> T:
         if self._last is None or self._last[0] is not nodes:
-            self._last = (nodes, total_allocatable(nodes))
+            self._last = (nodes, self._derive(nodes))
         return self._last[1]
 
 

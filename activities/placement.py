@@ -31,9 +31,9 @@ from activities.dra import DeviceClaims
 from activities.errors import classified, waits_for_slurm
 from activities.kube import BOUND_ELSEWHERE, INVALID_POD, UNPROCESSABLE, KubeActivities, now
 from activities.node_source import (
-    CapacityMemo,
     ListedNodes,
     NodeSource,
+    PerSnapshot,
     SlurmNodeNames,
     kubernetes_node_names,
     with_departed_nodes,
@@ -43,7 +43,7 @@ from activities.slurm import SlurmActivities
 from bridge import hostlist, keys
 from bridge.components import component_summary
 from bridge.device_classes import DEFAULT_DEVICE_CLASSES, DeviceClasses
-from bridge.feasibility import excluded_slurm_nodes, group_feasibility
+from bridge.feasibility import FeasibilityByRules, excluded_slurm_nodes
 from bridge.models import (
     ENDED_JOB_STATES,
     BindInput,
@@ -62,6 +62,7 @@ from bridge.models import (
     UpdatePendingJobInput,
 )
 from bridge.pod_events import job_annotations, job_id_label
+from bridge.resources import total_allocatable
 from bridge.slurm_jobs import job_event_of, placement_of
 from bridge.tolerations import managed_node_toleration, tolerates_managed_nodes
 from bridge.translate import sizing_note
@@ -91,7 +92,9 @@ class PlacementActivities:
         self.slurm = slurm
         # The worker's watched cache of the bridge's nodes; listed on each use without one.
         self.nodes = nodes or ListedNodes(kube.kube, kube.settings.scheduler_name)
-        self.capacity = CapacityMemo()
+        # Worked out once per state of the nodes (PerSnapshot), not once per submission.
+        self.capacity = PerSnapshot(total_allocatable)
+        self.node_rules = PerSnapshot(FeasibilityByRules)
         # DRA_DEVICE_CLASSES: the claims name the GRES indexes or cores each class maps to.
         self.claims = DeviceClaims(kube.kube, slurm.slurm, honoured)
         # The worker's Slurm-health gate: with it, a step that finds Slurm away fails at once
@@ -129,7 +132,7 @@ class PlacementActivities:
         # node yet): nothing to filter with, Slurm alone decides. Each part (a heterogeneous
         # job's component) must find a node its pods may run on.
         nodes = await self._bridge_nodes()
-        checks = [group_feasibility(part, nodes) for part in parts]
+        checks = [self.node_rules.of(nodes).of(part) for part in parts]
         summary = next((check.summary for check in checks if check.summary is not None), None)
         # Pods bound already (a reset or adopted placement whose job runs) are pinned by their
         # nodeName, each to its own node: no node passes a group's rules any more, and none
@@ -521,7 +524,7 @@ class PlacementActivities:
             pods, group = await self.kube.resolve_group(pods)
             parts = self.kube.job_parts(pods, group)
             nodes = await self._bridge_nodes()
-            checks = [group_feasibility(part, nodes) for part in parts]
+            checks = [self.node_rules.of(nodes).of(part) for part in parts]
             current = await self.slurm.slurm.get_job_components(job_id)
             if len(current) != len(parts):
                 raise ApplicationError(

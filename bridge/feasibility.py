@@ -44,9 +44,9 @@ the group only when it is feasible for every pod of it.
 """
 
 import json
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
@@ -222,22 +222,63 @@ def group_feasibility(
     An excluded node carries the first rule, of the first pod, that excluded
     it. With no pods, every node is feasible.
     """
-    feasible: list[str] = []
-    infeasible: list[Exclusion] = []
-    for node in nodes:
-        exclusion = next(
-            (
-                found
-                for pod in pods
-                if (found := pod_exclusion(pod, node, tolerated_by_bridge=tolerated_by_bridge))
-            ),
-            None,
-        )
-        if exclusion is None:
-            feasible.append(node_name(node))
+    return FeasibilityByRules(nodes, tolerated_by_bridge=tolerated_by_bridge).of(pods)
+
+
+class FeasibilityByRules:
+    """`group_feasibility` over one set of nodes, each distinct set of node rules (`rules_key`)
+    checked against the nodes once, for the groups asked about until the nodes change.
+
+    The pods of a Job, a JobSet or a LeaderWorkerSet share their template's rules, and a site's
+    groups share a few templates: a group of 64 such pods is checked against 1,000 nodes 1,000
+    times instead of up to 64,000, and the next group of the same template not at all. The
+    latest `MAX_RULE_SETS` rule sets are kept (a pod pinned to one node has rules of its own,
+    and its verdict holds an exclusion for every other node).
+    """
+
+    MAX_RULE_SETS = 32
+
+    def __init__(
+        self, nodes: Sequence[Node], *, tolerated_by_bridge: Collection[str] = BRIDGE_TOLERATED_TAINTS
+    ) -> None:
+        self.nodes = nodes
+        self._tolerated = tolerated_by_bridge
+        self._names = [node_name(node) for node in nodes]
+        # rule set → per node (in order), what keeps a pod with these rules off it, or None
+        self._by_rules: OrderedDict[str, tuple[Exclusion | None, ...]] = OrderedDict()
+        self.checked = 0  # rule sets checked against the nodes so far
+
+    def _per_node(self, pod: Pod) -> tuple[Exclusion | None, ...]:
+        key = rules_key(pod)
+        found = self._by_rules.get(key)
+        if found is None:
+            found = tuple(
+                pod_exclusion(pod, node, tolerated_by_bridge=self._tolerated) for node in self.nodes
+            )
+            self.checked += 1
+            self._by_rules[key] = found
+            if len(self._by_rules) > self.MAX_RULE_SETS:
+                self._by_rules.popitem(last=False)
         else:
-            infeasible.append(exclusion)
-    return Feasibility(tuple(feasible), tuple(infeasible))
+            self._by_rules.move_to_end(key)
+        return found
+
+    def of(self, pods: Sequence[Pod]) -> Feasibility:
+        """The group's verdict, as `group_feasibility` gives it (each exclusion names its pod)."""
+        verdicts = [(self._per_node(pod), _pod_key(pod)) for pod in pods]
+        feasible: list[str] = []
+        infeasible: list[Exclusion] = []
+        for index, name in enumerate(self._names):
+            for per_node, pod_key in verdicts:
+                exclusion = per_node[index]
+                if exclusion is not None:
+                    infeasible.append(
+                        exclusion if exclusion.pod == pod_key else replace(exclusion, pod=pod_key)
+                    )
+                    break
+            else:
+                feasible.append(name)
+        return Feasibility(tuple(feasible), tuple(infeasible))
 
 
 def rules_key(pod: Pod) -> str:

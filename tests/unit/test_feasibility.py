@@ -9,10 +9,12 @@ from bridge.feasibility import (
     BRIDGE_TOLERATED_TAINTS,
     ExclusionsByRules,
     Feasibility,
+    FeasibilityByRules,
     Rule,
     excluded_slurm_nodes,
     group_feasibility,
     is_bridge_node,
+    pod_exclusion,
 )
 from bridge.matching import toleration_tolerates
 
@@ -519,3 +521,80 @@ SCHEDULER = keys.DEFAULT_SCHEDULER_NAME
 )
 def test_the_bridges_nodes(labels: dict[str, str], taints: list[dict[str, str]], ours: bool) -> None:
     assert is_bridge_node(node("n", labels, taints=taints), SCHEDULER) is ours
+
+
+# -- the same verdicts, each rule set checked once -----------------------------
+
+SPARE_TAINT = {"key": "spare", "value": "yes", "effect": "NoSchedule"}
+TOLERATES_SPARE = [{"key": "spare", "operator": "Exists"}]
+
+
+def some_nodes() -> list[dict[str, Any]]:
+    return [
+        node("a", {"zone": "x"}),
+        node("b", {"zone": "y"}),
+        node("c", {"zone": "x"}, taints=[SPARE_TAINT]),
+        node("d", {"zone": "x"}, unschedulable=True),
+        node("e", {"zone": "y"}, ready="False"),
+    ]
+
+
+def first_pod_verdict(pods: list[dict[str, Any]], nodes: list[dict[str, Any]]) -> Feasibility:
+    """The rule as written: for each node in order, the first pod that may not run there."""
+    feasible, infeasible = [], []
+    for each in nodes:
+        found = next((e for p in pods if (e := pod_exclusion(p, each, tolerated_by_bridge=()))), None)
+        if found is None:
+            feasible.append(each["metadata"]["name"])
+        else:
+            infeasible.append(found)
+    return Feasibility(tuple(feasible), tuple(infeasible))
+
+
+@pytest.mark.parametrize(
+    "pods",
+    [
+        pytest.param([pod(f"w-{i}") for i in range(4)], id="one-template"),
+        pytest.param(
+            [
+                pod("zone-x", nodeSelector={"zone": "x"}),
+                pod("spare", tolerations=TOLERATES_SPARE),
+                pod("plain"),
+            ],
+            id="three-rule-sets",
+        ),
+        pytest.param(
+            [
+                pod("gpu-1", tolerations=TOLERATES_SPARE),
+                pod("zone-y", nodeSelector={"zone": "y"}),
+                pod("gpu-2"),
+            ],
+            id="first-excluder-differs-by-node",
+        ),
+    ],
+)
+def test_a_groups_verdict_is_each_nodes_first_excluding_pod(pods: list[dict[str, Any]]) -> None:
+    nodes = some_nodes()
+    assert FeasibilityByRules(nodes, tolerated_by_bridge=()).of(pods) == first_pod_verdict(pods, nodes)
+
+
+def test_a_template_is_checked_once_and_each_group_names_its_own_pods() -> None:
+    nodes = some_nodes()
+    rules = FeasibilityByRules(nodes, tolerated_by_bridge=())
+    first = rules.of([pod(f"job-1-{i}", nodeSelector={"zone": "x"}) for i in range(64)])
+    second = rules.of([pod(f"job-2-{i}", nodeSelector={"zone": "x"}) for i in range(64)])
+    assert rules.checked == 1
+    assert first.feasible == second.feasible == ("a",)
+    assert {e.pod for e in first.infeasible} == {"ns/job-1-0"}
+    assert {e.pod for e in second.infeasible} == {"ns/job-2-0"}
+
+
+def test_only_the_latest_rule_sets_are_kept() -> None:
+    rules = FeasibilityByRules(some_nodes(), tolerated_by_bridge=())
+    pinned = [pod(f"p-{i}", nodeName=f"n-{i}") for i in range(FeasibilityByRules.MAX_RULE_SETS + 1)]
+    for each in pinned:
+        rules.of([each])
+    rules.of([pinned[-1]])  # kept
+    assert rules.checked == len(pinned)
+    rules.of([pinned[0]])  # the oldest was let go: checked again
+    assert rules.checked == len(pinned) + 1

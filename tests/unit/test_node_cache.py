@@ -12,8 +12,9 @@ from collections.abc import AsyncIterator, Callable, Sequence
 
 import pytest
 
-from activities.node_source import CapacityMemo, ListedNodes, kubernetes_node_names
+from activities.node_source import ListedNodes, PerSnapshot, kubernetes_node_names
 from bridge import keys
+from bridge.resources import total_allocatable
 from clients.kube_client import Json, KubeClient, api_path
 from testbed.kube_fake import FakeKubeServer
 from worker.node_cache import NodeCache, trimmed
@@ -175,7 +176,7 @@ async def test_the_capacity_of_one_snapshot_is_summed_once(
 ) -> None:
     bridge_node_set(kube)
     await until(cache, lambda c: c.synced)
-    capacity = CapacityMemo()
+    capacity = PerSnapshot(total_allocatable)
     first = capacity.of(await cache.bridge_nodes())
     assert first.nodes == len(BRIDGE_NODES)
     assert capacity.of(await cache.bridge_nodes()) is first
