@@ -300,7 +300,7 @@ class JobWatcher:
     def _followed_now(self) -> dict[int, str]:
         """This installation's jobs among the live ones; derived again only when those changed."""
         if self.jobs.version != self._followed_version:
-            self._followed = {job_id: pid for job_id, pid in self.jobs.items() if self._ours(pid)}
+            self._followed = self.jobs.of_installation(self.installation)
             self._followed_version = self.jobs.version
             self._forget_except(self._followed)
         return self._followed

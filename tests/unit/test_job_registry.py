@@ -110,3 +110,25 @@ def test_the_version_moves_exactly_when_the_jobs_to_follow_change() -> None:
     jobs.retain([])
     assert moved()
     assert jobs.items() == []
+
+
+def test_each_installation_gets_its_own_jobs_as_a_snapshot() -> None:
+    jobs = LiveJobs()
+    other = "placement/prod-b/team/pod-c/uid-c@gen-c"
+    jobs.track(1, A)
+    jobs.track(2, other)
+    jobs.track(3, "not-a-placement-id")  # followed by no installation
+    jobs.track(4, B)
+    mine = jobs.of_installation("prod-a")
+    jobs.finished(4)
+    assert mine == {1: A, 4: B}
+    assert jobs.of_installation("prod-a") == {1: A}
+    assert jobs.of_installation("prod-b") == {2: other}
+    jobs.track(2, B)  # the job's pods now name a prod-a placement
+    assert jobs.of_installation("prod-b") == {}
+    assert jobs.of_installation("prod-a") == {1: A, 2: B}
+    jobs.forget(1)
+    jobs.forget(2)
+    jobs.forget(3)
+    assert jobs.of_installation("prod-a") == {}
+    assert len(jobs) == 0
