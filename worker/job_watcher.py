@@ -324,8 +324,14 @@ class JobWatcher:
         self._closed = {key: seen for key, seen in self._closed.items() if _job_of(key) in followed}
 
     def _pending_followed(self) -> bool:
-        """Whether any followed job was last seen pending (only those are worth the count)."""
-        return any(seen.states is not None and "PENDING" in seen.states for seen in self._seen.values())
+        """Whether any followed job was last seen pending (only those are worth the count).
+
+        Newest first: the jobs still pending are mostly the last submitted, and the oldest are
+        mostly running, so the walk usually stops within the first few.
+        """
+        return any(
+            seen.states is not None and "PENDING" in seen.states for seen in reversed(self._seen.values())
+        )
 
     async def _jobs_started(self) -> int | None:
         """slurmctld's count of started jobs; None where Slurm does not give it.
