@@ -316,30 +316,26 @@ def step_durations(events: Sequence[HistoryEvent]) -> dict[str, float]:
     Where a placement's time goes between its own steps: queueing in Temporal (a task
     waiting for a worker), the workflow's code, and each activity's run.
     """
+    wake = wake_times(events)
     times: dict[str, float] = {}
+    task_after_signal = wake.get("task_started")
+    if task_after_signal is not None:
+        times["signal_to_task"] = task_after_signal - wake["signal"]
+        if "bound_task_completed" in wake:
+            # A local bind runs inside the workflow task the signal woke.
+            times["task_with_local_bind"] = wake["bound_task_completed"] - task_after_signal
     started_at: float | None = None
     first_task: float | None = None
     activity_started: dict[int, float] = {}  # scheduled event id → started
     activity_name: dict[int, str] = {}  # scheduled event id → activity type
-    signal_at: float | None = None
-    task_after_signal: float | None = None
-    task_completed: float | None = None
     for event in events:
         at, kind = event_time(event), event.event_type
         if kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
             started_at = at
-        elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
-            if first_task is None:
-                first_task = at
-                if started_at is not None:
-                    times["start_to_task"] = at - started_at
-            if signal_at is not None and task_after_signal is None:
-                task_after_signal = at
-                times["signal_to_task"] = at - signal_at
-        elif kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
-            attributes = event.workflow_execution_signaled_event_attributes
-            if attributes.signal_name == "job_changed" and signal_at is None:
-                signal_at = at
+        elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED and first_task is None:
+            first_task = at
+            if started_at is not None:
+                times["start_to_task"] = at - started_at
         elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             activity_name[event.event_id] = event.activity_task_scheduled_event_attributes.activity_type.name
         elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
@@ -357,17 +353,6 @@ def step_durations(events: Sequence[HistoryEvent]) -> dict[str, float]:
                 times.setdefault("submit_runs", at - began)
             elif began is not None and name == "bind":
                 times.setdefault("bind_runs", at - began)
-        elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
-            task_completed = at
-        elif (
-            # A local bind runs inside the workflow task the signal woke; its marker follows
-            # that task's completion.
-            kind == EventType.EVENT_TYPE_MARKER_RECORDED
-            and local_activity_type(event) == "bind"
-            and task_after_signal is not None
-            and task_completed is not None
-        ):
-            times.setdefault("task_with_local_bind", task_completed - task_after_signal)
     return times
 
 
