@@ -310,8 +310,17 @@ def test_the_closed_loop_ceiling_is_the_slots_times_the_passes_per_second() -> N
 def test_a_process_is_found_by_the_name_on_its_command_line_too() -> None:
     # slurmctld after `scontrol reconfigure`: command name slurmctld-wlm, command line slurmctld.
     # `cat` reading a pipe lives until the pipe closes.
-    process = subprocess.Popen(["bench-probe-name"], executable="/bin/cat", stdin=subprocess.PIPE)
+    process = subprocess.Popen(
+        ["bench-probe-name"], executable="/bin/cat", stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    assert process.stdin is not None
+    assert process.stdout is not None
     try:
+        # Popen may return before the child has exec'd (seen under load: command name "python",
+        # an empty command line); cat's echo says it runs.
+        process.stdin.write(b"ready\n")
+        process.stdin.flush()
+        assert process.stdout.readline() == b"ready\n"
         assert process.pid in pids_by_comm("bench-probe-name")
         assert process.pid in pids_by_comm("cat")
         assert process.pid not in pids_by_comm("bench-probe-name", root=Path("/nonexistent"))

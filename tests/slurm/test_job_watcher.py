@@ -310,11 +310,11 @@ class FlakyJobs(LiveJobs):
         self.failures = failures
         self.told_over = asyncio.Event()
 
-    def items(self) -> list[tuple[int, str]]:
+    def of_installation(self, installation: str) -> dict[int, str]:
         if self.failures > 0:
             self.failures -= 1
             raise RuntimeError("a bug anywhere in a pass")
-        return super().items()
+        return super().of_installation(installation)
 
     def finished(self, job_id: int) -> None:
         super().finished(job_id)
