@@ -232,23 +232,30 @@ class FeasibilityByRules:
     The pods of a Job, a JobSet or a LeaderWorkerSet share their template's rules, and a site's
     groups share a few templates: a group of 64 such pods is checked against 1,000 nodes 1,000
     times instead of up to 64,000, and the next group of the same template not at all. The
-    latest `MAX_RULE_SETS` rule sets are kept (a pod pinned to one node has rules of its own,
-    and its verdict holds an exclusion for every other node).
+    latest `max_rule_sets` rule sets are kept (a pod pinned to one node has rules of its own,
+    and its verdict holds an exclusion for every other node); None keeps every one, for a single
+    pass over many groups (`ExclusionsByRules`).
     """
 
     MAX_RULE_SETS = 32
 
     def __init__(
-        self, nodes: Sequence[Node], *, tolerated_by_bridge: Collection[str] = BRIDGE_TOLERATED_TAINTS
+        self,
+        nodes: Sequence[Node],
+        *,
+        tolerated_by_bridge: Collection[str] = BRIDGE_TOLERATED_TAINTS,
+        max_rule_sets: int | None = MAX_RULE_SETS,
     ) -> None:
         self.nodes = nodes
         self._tolerated = tolerated_by_bridge
+        self._max_rule_sets = max_rule_sets
         self._names = [node_name(node) for node in nodes]
         # rule set → per node (in order), what keeps a pod with these rules off it, or None
         self._by_rules: OrderedDict[str, tuple[Exclusion | None, ...]] = OrderedDict()
         self.checked = 0  # rule sets checked against the nodes so far
 
-    def _per_node(self, pod: Pod) -> tuple[Exclusion | None, ...]:
+    def per_node(self, pod: Pod) -> tuple[Exclusion | None, ...]:
+        """What keeps a pod with this pod's rules off each node (in order), or None where it may run."""
         key = rules_key(pod)
         found = self._by_rules.get(key)
         if found is None:
@@ -257,7 +264,7 @@ class FeasibilityByRules:
             )
             self.checked += 1
             self._by_rules[key] = found
-            if len(self._by_rules) > self.MAX_RULE_SETS:
+            if self._max_rule_sets is not None and len(self._by_rules) > self._max_rule_sets:
                 self._by_rules.popitem(last=False)
         else:
             self._by_rules.move_to_end(key)
@@ -265,7 +272,7 @@ class FeasibilityByRules:
 
     def of(self, pods: Sequence[Pod]) -> Feasibility:
         """The group's verdict, as `group_feasibility` gives it (each exclusion names its pod)."""
-        verdicts = [(self._per_node(pod), _pod_key(pod)) for pod in pods]
+        verdicts = [(self.per_node(pod), _pod_key(pod)) for pod in pods]
         feasible: list[str] = []
         infeasible: list[Exclusion] = []
         for index, name in enumerate(self._names):
@@ -305,9 +312,8 @@ class ExclusionsByRules:
     def __init__(
         self, nodes: Sequence[Node], *, tolerated_by_bridge: Collection[str] = BRIDGE_TOLERATED_TAINTS
     ) -> None:
-        self._nodes = nodes
-        self._tolerated = tolerated_by_bridge
-        self._slurm_of = {node_name(node): slurm_node_name(node) for node in nodes}
+        # Every rule set of the pass is kept: it checks every pending group's at once.
+        self._checks = FeasibilityByRules(nodes, tolerated_by_bridge=tolerated_by_bridge, max_rule_sets=None)
         # rule set → the nodes it keeps a pod off: (Kubernetes node, kube-scheduler's reason) of
         # each, and their Slurm names
         self._by_rules: dict[str, tuple[frozenset[tuple[str, str]], frozenset[str]]] = {}
@@ -316,11 +322,11 @@ class ExclusionsByRules:
         key = rules_key(pod)
         found = self._by_rules.get(key)
         if found is None:
-            exclusions = (
-                pod_exclusion(pod, node, tolerated_by_bridge=self._tolerated) for node in self._nodes
+            excluded = [e for e in self._checks.per_node(pod) if e is not None]
+            found = (
+                frozenset((e.node, e.scheduler_reason) for e in excluded),
+                frozenset(e.slurm_node for e in excluded),
             )
-            reasons = frozenset((e.node, e.scheduler_reason) for e in exclusions if e is not None)
-            found = reasons, frozenset(self._slurm_of[name] for name, _ in reasons)
             self._by_rules[key] = found
         return found
 

@@ -75,7 +75,7 @@ class NodeCache:
         """What the watch has seen so far (complete only once `synced`).
 
         One tuple per state of the store, the same object until a node changes: what placements
-        work out from the nodes (activities/node_source.py, `CapacityMemo`) is worked out once.
+        work out from the nodes (activities/node_source.py, `PerSnapshot`) is worked out once.
         """
         version, nodes = self._snapshot
         if version != self._store.version:
