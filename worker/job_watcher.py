@@ -15,7 +15,8 @@ pod watcher from the pods' job-id label and placement annotation. Each interval:
    before the running jobs are probed;
 2. `GET /job/{id}` for each job whose state changed since the previous pass,
    that Slurm no longer knows, that is new to the watcher, or that is pending
-   and due for a refresh (its pending reason is not part of the state answer);
+   and due for a refresh (its pending reason is not part of the state answer; at most
+   MAX_REFRESHES such re-reads a second, the longest unread first);
    except a job seen pending that now runs: the probe's state is the news, and
    the placement's bind step reads the job (its nodes and comment) anyway, so
    the watcher does not read it first (one Slurm request less on every
@@ -45,7 +46,10 @@ The loop survives any exception: it logs it, counts it, backs off
 exponentially (tenacity, with jitter, up to `max_backoff`) and goes on; it ends
 only when cancelled.
 
-Its size (about 470 lines) is one loop with its pacing and back-off; what it follows is
+A pass walks every followed job only when one may be due (a probe's time came, slurmctld
+started a job, a state changed): at 10,000 followed jobs most passes ask `GET /diag/` alone.
+
+Its size (about 650 lines) is one loop with its pacing and back-off; what it follows is
 worker/job_registry.py's.
 """
 
@@ -87,6 +91,10 @@ log = logging.getLogger(__name__)
 PENDING_REFRESH_SECONDS = 30.0
 PENDING_REFRESH_MAX_SECONDS = 300.0
 MAX_REFRESHES = 20
+# The pending jobs due a re-read are chosen at most this often: at most MAX_REFRESHES re-reads a
+# second (at 5,000 pending jobs, 80 a second at four passes a second, 16% of the watcher's CPU),
+# and no walk over every followed job on the passes between.
+REFRESH_CHOICE_SECONDS = 1.0
 # Concurrent `GET /job/{id}` of one pass (a restart reads every followed job once).
 READ_CONCURRENCY = 8
 # A state probe's ids per request (about 16 query characters each: one request of the client's
@@ -156,6 +164,7 @@ class JobWatcher:
         self.max_backoff = max(max_backoff, interval)
         # Counters, for metrics and the benchmark.
         self.passes = 0  # passes that completed
+        self.walks = 0  # passes that walked every followed job for the due ones (not all need to)
         self.state_probes = 0  # job ids whose state was asked (`GET /jobs/state/`, batched)
         self.job_gets = 0  # `GET /job/{id}` answered (a job found or not found)
         self.started_unread = 0  # jobs seen to start, told from the state probe without a read
@@ -178,6 +187,12 @@ class JobWatcher:
         self._followed: dict[int, str] = {}  # this installation's live jobs, as of `_followed_version`
         self._followed_version = -1
         self._reading: set[int] = set()  # jobs whose `GET /job/{id}` is out: not asked again meanwhile
+        # A pass walks every followed job only when one may be due: the followed jobs changed, a
+        # job's state as seen changed (`_dirty`), slurmctld started a job, or a probe's time came.
+        self._walked_version = -1
+        self._dirty = True
+        self._next_due = float("-inf")
+        self._next_refresh_choice = float("-inf")
         self._refreshing: asyncio.Task[None] | None = None  # the pending reasons' re-reads, beside the passes
         self._retrying = AsyncRetrying(
             retry=retry_if_exception_type(Exception),
@@ -210,32 +225,48 @@ class JobWatcher:
             self.passes += 1
             return
         now = self._clock()
-        started = await self._jobs_started() if self._pending_followed() else None
+        pending = self._pending_followed()
+        started = await self._jobs_started() if pending else None
         moved = started is None or started != self._started_at_probe
-        may_start, running = self._due(followed, now, moved)
+        if self._walk_due(now, pending and moved):
+            self._walked_version, self._dirty, self._next_due = self.jobs.version, False, float("-inf")
+            may_start, running, next_due = self._due(followed, now, moved)
+            self.walks += 1
+        else:
+            may_start, running, next_due = [], [], self._next_due
         states = await self._probe(may_start, now, tell_starts=True)
         if started is not None and may_start:
             self._started_at_probe = started
         states.update(await self._probe(running, now, tell_starts=False))
-        changed, refresh = self._to_read(followed, states, now)
+        self._next_due = next_due  # only once the probes answered: a failed pass walks again
+        changed = self._changed(followed, states, now)
+        refresh = self._refresh_due(followed, now, skip=set(changed))
         # A job not probed this pass is as its last probe found it (read for its pending reason).
-        for job_id in changed + refresh:
+        for job_id in refresh:
             seen = self._seen.get(job_id)
             if job_id not in states and seen is not None and seen.states is not None:
                 states[job_id] = seen.states
-        if refresh and (self._refreshing is None or self._refreshing.done()):
+        if refresh:
             self._refreshing = asyncio.create_task(self._refresh(refresh, states), name="pending reasons")
         await self._read_all(changed, states)
         self.passes += 1
 
-    async def _probe(self, job_ids: list[int], now: float, *, tell_starts: bool) -> dict[int, list[str]]:
-        """The jobs' states, asked in groups of PROBE_GROUP ids, PROBE_CONCURRENCY groups at once.
+    def _walk_due(self, now: float, pending_moved: bool) -> bool:
+        """Whether this pass must walk the followed jobs to find the due ones (else none is due)."""
+        changed = self._dirty or self.jobs.version != self._walked_version
+        return pending_moved or changed or now >= self._next_due
+
+    async def _probe(
+        self, job_ids: list[int], now: float, *, tell_starts: bool
+    ) -> dict[int, list[str] | None]:
+        """The jobs' states (None: Slurm does not know the job), asked in groups of PROBE_GROUP
+        ids, PROBE_CONCURRENCY groups at once.
 
         Newest first: Slurm starts most jobs in the scheduling pass after their submission. With
         `tell_starts`, a group's starts are told as soon as that group answers, not after the
         last of them (at 5,000 pending jobs, 20 groups).
         """
-        states: dict[int, list[str]] = {}
+        states: dict[int, list[str] | None] = {}
         slots = asyncio.Semaphore(PROBE_CONCURRENCY)
 
         async def ask(group: list[int]) -> None:
@@ -243,10 +274,10 @@ class JobWatcher:
                 answered = await self.slurm.job_states(group)
             for job_id in group:
                 self._probed_at[job_id] = now
+                states[job_id] = answered.get(job_id)
             if tell_starts:
                 for job_id in self._started(answered):
                     self._tell_started(job_id, answered[job_id])
-            states.update(answered)
 
         self.state_probes += len(job_ids)
         newest_first = sorted(job_ids, reverse=True)
@@ -257,7 +288,7 @@ class JobWatcher:
             raise failures[0]
         return states
 
-    async def _read_all(self, job_ids: list[int], states: Mapping[int, list[str]]) -> None:
+    async def _read_all(self, job_ids: list[int], states: Mapping[int, list[str] | None]) -> None:
         if not job_ids:
             return
         slots = asyncio.Semaphore(READ_CONCURRENCY)
@@ -273,7 +304,7 @@ class JobWatcher:
         if failures:
             raise failures[0]
 
-    async def _refresh(self, job_ids: list[int], states: Mapping[int, list[str]]) -> None:
+    async def _refresh(self, job_ids: list[int], states: Mapping[int, list[str] | None]) -> None:
         """Re-read pending jobs for their reasons; a failure leaves them due (logged, not fatal)."""
         try:
             await self._read_all(job_ids, states)
@@ -354,66 +385,83 @@ class JobWatcher:
         self.counter_reads += 1
         return started
 
-    def _due(self, followed: Iterable[int], now: float, moved: bool) -> tuple[list[int], list[int]]:
-        """The jobs this pass asks Slurm the state of: those that may have started, the running.
+    def _due(self, followed: Iterable[int], now: float, moved: bool) -> tuple[list[int], list[int], float]:
+        """The jobs this pass asks Slurm the state of (those that may have started, the running
+        ones), and when the next pass will have one due at the latest, if no state changes.
 
         A job the watcher knows nothing of yet, always. A running one, every RUNNING_PROBE_SECONDS
         (its end evicts pods; nothing waits on it to bind). A pending one when slurmctld's count
         of started jobs moved since the last probe (its start is what its pods wait for), and
         otherwise every `pending_probe` seconds, for what else can end a pending job (a cancel
         by someone else, a failure, a deadline). One loop with its lookups bound once: it runs
-        over every followed job four times a second.
+        over every followed job whenever one may be due.
         """
         seen_of, probed_at, never = self._seen.get, self._probed_at.get, float("-inf")
         may_start: list[int] = []
         running: list[int] = []
+        next_due = float("inf")
         for job_id in followed:
             seen = seen_of(job_id)
             if seen is None or seen.states is None or seen.unread:
                 may_start.append(job_id)
+                next_due = now
                 continue
-            since = now - probed_at(job_id, never)
+            last = probed_at(job_id, never)
             if "RUNNING" in seen.states:
-                if since >= RUNNING_PROBE_SECONDS:
+                if now - last >= RUNNING_PROBE_SECONDS:
                     running.append(job_id)
+                    last = now
+                next_due = min(next_due, last + RUNNING_PROBE_SECONDS)
             elif "PENDING" in seen.states:
-                if moved or since >= self.pending_probe:
+                if moved or now - last >= self.pending_probe:
                     may_start.append(job_id)
+                    last = now
+                next_due = min(next_due, last + self.pending_probe)
             else:
                 may_start.append(job_id)
-        return may_start, running
+                next_due = now
+        return may_start, running, next_due
 
-    def _to_read(
-        self, followed: Mapping[int, str], probed: Mapping[int, list[str]], now: float
-    ) -> tuple[list[int], list[int]]:
-        """Jobs whose probe found a change; pending jobs whose reason is due for a re-read.
-
-        A job whose read is still out (a re-read beside the passes) is left to the next pass.
+    def _changed(
+        self, followed: Mapping[int, str], probed: Mapping[int, list[str] | None], now: float
+    ) -> list[int]:
+        """The probed jobs to read: their state changed, Slurm no longer knows them, or they are
+        new to the watcher (a pending one once it has waited the grace). A job whose read is still
+        out (a re-read beside the passes) is left to the next pass.
         """
         changed: list[int] = []
-        pending: list[tuple[float, int]] = []
-        reading = self._reading
-        for job_id, placement_id in followed.items():
+        for job_id, state in probed.items():
+            placement_id = followed.get(job_id)
+            if placement_id is None:
+                continue
             seen = self._seen.get(job_id)
-            if job_id not in probed and seen is not None and seen.states is not None and not seen.unread:
-                # Not probed this pass: as its last probe found it (the common case, kept cheap).
-                state: list[str] | None = seen.states
-            else:
-                state = probed.get(job_id, seen.states if seen is not None else None)
-                if self._read_later(job_id, placement_id, seen, state, now):
-                    continue
-                if seen is None or seen.states != state or seen.unread:
-                    if job_id not in reading:
-                        changed.append(job_id)
-                    continue
-            if state is not None and "PENDING" in state and job_id not in reading:
-                # The reason is set by the scheduler's first look at the job: soon.
-                soon = seen.reason in _NO_REASON or job_id in self._withheld
-                every = self.interval if soon else seen.refresh_every
-                if now - seen.read_at >= every:
-                    pending.append((seen.read_at, job_id))
-        # The longest unread first, at most MAX_REFRESHES: not a sort of every pending job.
-        return changed, [job_id for _, job_id in heapq.nsmallest(MAX_REFRESHES, pending)]
+            if self._read_later(job_id, placement_id, seen, state, now):
+                continue
+            if (seen is None or seen.states != state or seen.unread) and job_id not in self._reading:
+                changed.append(job_id)
+        return changed
+
+    def _refresh_due(self, followed: Iterable[int], now: float, *, skip: set[int]) -> list[int]:
+        """Pending jobs whose reason is due for a re-read: the longest unread first, at most
+        MAX_REFRESHES, chosen at most every REFRESH_CHOICE_SECONDS and only once the previous
+        re-reads are done (a sort of every pending job never)."""
+        if now < self._next_refresh_choice or (self._refreshing is not None and not self._refreshing.done()):
+            return []
+        self._next_refresh_choice = now + REFRESH_CHOICE_SECONDS
+        due: list[tuple[float, int]] = []
+        seen_of, reading = self._seen.get, self._reading
+        for job_id in followed:
+            seen = seen_of(job_id)
+            if seen is None or seen.states is None or seen.unread or "PENDING" not in seen.states:
+                continue
+            if job_id in reading or job_id in skip:
+                continue
+            # The reason is set by the scheduler's first look at the job: soon.
+            soon = seen.reason in _NO_REASON or job_id in self._withheld
+            every = self.interval if soon else seen.refresh_every
+            if now - seen.read_at >= every:
+                due.append((seen.read_at, job_id))
+        return [job_id for _, job_id in heapq.nsmallest(MAX_REFRESHES, due)]
 
     def _read_later(
         self, job_id: int, placement_id: str, seen: _Seen | None, state: list[str] | None, now: float
@@ -431,8 +479,15 @@ class JobWatcher:
         if now - since >= self.pending_reason_grace:
             return False
         if seen is None:
-            self._seen[job_id] = _Seen(state, 0.0, placement=placement_id, unread=True)
+            self._remember(job_id, _Seen(state, 0.0, placement=placement_id, unread=True))
         return True
+
+    def _remember(self, job_id: int, seen: _Seen) -> None:
+        """What a read or a probe learnt of a job; a new state makes the next pass walk every job."""
+        before = self._seen.get(job_id)
+        if before is None or before.states != seen.states or before.unread != seen.unread:
+            self._dirty = True
+        self._seen[job_id] = seen
 
     def _started(self, states: Mapping[int, list[str]]) -> list[int]:
         """Jobs last seen pending that the probe now finds running: told without a read.
@@ -457,7 +512,7 @@ class JobWatcher:
     def _tell_started(self, job_id: int, state: list[str]) -> None:
         seen = self._seen[job_id]
         event = JobEvent(job_id=job_id, states=state, restarts=seen.restarts)
-        self._seen[job_id] = _Seen(state, seen.read_at, restarts=seen.restarts, placement=seen.placement)
+        self._remember(job_id, _Seen(state, seen.read_at, restarts=seen.restarts, placement=seen.placement))
         self._pending_since.pop(job_id, None)
         self.started_unread += 1
         if seen.placement is not None and self._ours(seen.placement):
@@ -486,7 +541,7 @@ class JobWatcher:
             return  # a pass told newer news from its probe (a start) while this re-read was out
         if not components:
             event = JobEvent(job_id=job_id, states=[], gone=True)
-            self._seen[job_id] = _Seen(None, self._clock())
+            self._remember(job_id, _Seen(None, self._clock()))
         else:
             event = job_event_of(components)
             comment = placement_of(components[0])
@@ -504,13 +559,16 @@ class JobWatcher:
                 )
                 placement_id = comment
             # The state as probed, not as read: a change between the two is seen next pass.
-            self._seen[job_id] = _Seen(
-                state,
-                self._clock(),
-                event.reason,
-                self._next_refresh(self._seen.get(job_id), state, event),
-                event.restarts,
-                comment,
+            self._remember(
+                job_id,
+                _Seen(
+                    state,
+                    self._clock(),
+                    event.reason,
+                    self._next_refresh(self._seen.get(job_id), state, event),
+                    event.restarts,
+                    comment,
+                ),
             )
         if placement_id is None or not self._ours(placement_id):
             return
