@@ -44,6 +44,7 @@ from worker.pod_watcher import PodWatcher
 from worker.schedules import NODE_SYNC_SCHEDULE_ID, ensure_node_sync_schedule, ensure_sweep_schedule
 from worker.settings import WorkerSettings
 from worker.slurm_waker import SlurmWaker
+from worker.start_admission import StartAdmission
 from worker.temporal_connection import connect_temporal, ensure_search_attributes
 from worker.watcher_health import WatcherHealth, annotation, rfc3339
 from workflows.node_sync import NodeSyncWorkflow
@@ -161,6 +162,8 @@ class Bridge:
             eviction_patience_seconds=s.eviction_patience,
             tell=self._tell_waiting,
             step_heartbeat_seconds=s.step_heartbeat_timeout,
+            # Enough placements started ahead of their claim to keep every activity slot busy.
+            admission=StartAdmission(limit=2 * s.temporal_max_concurrent_activities),
         )
         self.job_watcher = JobWatcher(
             self.slurm,

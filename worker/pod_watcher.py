@@ -41,6 +41,7 @@ from clients.placements import start_placement
 from worker.delivery import LatestPerKey
 from worker.job_registry import LiveJobs
 from worker.pod_group_waits import PodGroupWaits
+from worker.start_admission import StartAdmission
 from workflows.placement import PlacementWorkflow
 
 log = logging.getLogger(__name__)
@@ -96,6 +97,7 @@ class PodWatcher:
         eviction_patience_seconds: float = 300.0,
         tell: Tell | None = None,
         step_heartbeat_seconds: float = 15.0,
+        admission: StartAdmission | None = None,
     ) -> None:
         self.kube = kube
         self.tell = tell
@@ -123,6 +125,9 @@ class PodWatcher:
         self._unclaimed: dict[str, set[str]] = {}
         self._unclaimed_in: dict[str, str] = {}  # uid → the workflow id above
         self._delivery: LatestPerKey[Delivery] = LatestPerKey(self._deliver)
+        # Starts go their own way: a start waiting for admission holds up no signal.
+        self._starts: LatestPerKey[Delivery] = LatestPerKey(self._deliver)
+        self.admission = admission if admission is not None else StartAdmission()
         # Pods whose PodGroup does not exist yet: started when it appears.
         self.pod_group_waits = PodGroupWaits(kube, self._pod_group_appeared)
         self.informer = Informer(
@@ -141,6 +146,7 @@ class PodWatcher:
 
     async def close(self) -> None:
         await self.pod_group_waits.close()
+        await self._starts.close()
         await self._delivery.close()
 
     def _on_event(self, kind: EventType, pod: Json) -> None:
@@ -170,6 +176,7 @@ class PodWatcher:
         if claim is not None:
             self._forget_unclaimed(uid)  # its placement took it: no longer waiting for the others
             self._workflow_of[uid] = workflow_id_of(claim)
+            self.admission.leave(self._workflow_of[uid])  # it runs its first activity: the next may start
             self._follow_job(uid, pod, claim, finished=event.terminal)
         # Only what a placement acts on is worth a signal (each is a billable action):
         # not the claim, the job label, the binding or the move to Running.
@@ -182,7 +189,7 @@ class PodWatcher:
         elif self._signature.get(uid) == signature:
             return
         self._signature[uid] = signature
-        self._delivery.submit(uid, (event, pod, start))
+        (self._starts if start else self._delivery).submit(uid, (event, pod, start))
 
     def _follow_job(self, uid: str, pod: Json, placement_id: str, *, finished: bool = False) -> None:
         job_id = job_id_label(pod)
@@ -249,6 +256,25 @@ class PodWatcher:
         if event.gone:
             self._workflow_of.pop(uid, None)
         if start and group is not None:
+            await self._start(uid, wid, group, event)
+            return
+        handle: WorkflowHandle[Any, Any] = self.temporal.get_workflow_handle(wid)
+        try:
+            await handle.signal(PlacementWorkflow.pod_changed, event)
+        except RPCError as error:
+            if error.status != RPCStatusCode.NOT_FOUND:
+                raise  # retried by the delivery queue
+            # No running placement: it finished, or never existed. Nothing to do.
+            return
+        self.signals += 1
+
+    async def _start(self, uid: str, wid: str, group: grouping.Group, event: PodEvent) -> None:
+        """Start the group's placement with this pod (or join it), once admitted."""
+        await self.admission.enter(wid)
+        if uid not in self._started:
+            self.admission.leave(wid)  # the pod went while it waited: nothing to start
+            return
+        try:
             # Told before its placement hears of it: the condition can never land after a binding.
             await self._tell_if_incomplete(wid, group, event.pod)
             await start_placement_workflow(
@@ -261,19 +287,12 @@ class PodWatcher:
                 eviction_patience_seconds=self.eviction_patience_seconds,
                 step_heartbeat_seconds=self.step_heartbeat_seconds,
             )
-            # Only once started: a failed start is retried as a start, not as a signal.
-            self._workflow_of[uid] = wid
-            self.starts += 1
-            return
-        handle: WorkflowHandle[Any, Any] = self.temporal.get_workflow_handle(wid)
-        try:
-            await handle.signal(PlacementWorkflow.pod_changed, event)
-        except RPCError as error:
-            if error.status != RPCStatusCode.NOT_FOUND:
-                raise  # retried by the delivery queue
-            # No running placement: it finished, or never existed. Nothing to do.
-            return
-        self.signals += 1
+        except BaseException:
+            self.admission.leave(wid)  # tried again later as a start, in turn
+            raise
+        # Only once started: a failed start is retried as a start, not as a signal.
+        self._workflow_of[uid] = wid
+        self.starts += 1
 
     async def _tell_if_incomplete(self, wid: str, group: grouping.Group, ref: PodRef) -> None:
         """A pod that joins a group still short of its minimum is told it waits for the rest, as
@@ -314,7 +333,7 @@ class PodWatcher:
     def _pod_group_appeared(self, pods: list[Json]) -> None:
         for pod in pods:
             event = pod_event(pod, gone=False)
-            self._delivery.submit(event.pod.uid, (event, pod, True))
+            self._starts.submit(event.pod.uid, (event, pod, True))
 
 
 async def start_placement_workflow(
