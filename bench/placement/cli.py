@@ -55,7 +55,10 @@ def parse(argv: Sequence[str] | None) -> Options:
     )
     p.add_argument("--warmup", type=int, default=3, help="uncounted placements first (default 3)")
     p.add_argument(
-        "--reference", type=int, default=None, help="reference workflows (default: --pods; 0: none)"
+        "--reference",
+        type=int,
+        default=None,
+        help="reference workflows (default: --pods; site: 1000; 0: none)",
     )
     p.add_argument(
         "--finish-rate", type=float, default=None, help="pods/s turned Succeeded (default: measured)"
@@ -120,7 +123,7 @@ def parse(argv: Sequence[str] | None) -> Options:
         concurrency=a.concurrency,
         watch_interval=a.watch_interval,
         warmup=max(a.warmup, 1),
-        reference=0 if pending or site else (pods if a.reference is None else a.reference),
+        reference=0 if pending else (a.reference if a.reference is not None else (1000 if site else pods)),
         finish_rate=a.finish_rate,
         hold=a.hold,
         recheck=a.recheck,

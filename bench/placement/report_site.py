@@ -49,10 +49,12 @@ def report_site(r: Results, add: Callable[[str], None]) -> None:
     row("placements in flight", [f"{v.live:,}" for v in levels])
     row("  of them bound (pods running)", [f"{v.bound:,}" for v in levels])
     row("  of them pending in Slurm", [f"{v.live - v.bound:,}" for v in levels])
-    row(
-        "placements/s while growing to the level",
-        [f"{v.fill_placements / v.fill_seconds:.1f}" if v.fill_seconds else "-" for v in levels],
-    )
+    rates = [v.fill_placements / v.fill_seconds if v.fill_seconds else None for v in levels]
+    row("placements/s while growing to the level", ["-" if x is None else f"{x:.1f}" for x in rates])
+    reference = r.reference_rate
+    if reference:
+        add(f"  (reference workflows/s, 3 no-op activities + 1 signal, same concurrency: {reference:.1f})")
+        row("  ratio to the reference", ["-" if x is None else f"{x / reference:.2f}" for x in rates])
     add("")
     add("While they wait (hold), per second")
     row("job watcher passes", [f"{v.watcher_passes / v.hold_seconds:.2f}" for v in levels])

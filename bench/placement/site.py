@@ -14,6 +14,9 @@ with all of them in flight:
 - `--probes` pods, one a second, in a partition of their own with free CPUs (each runs 2 s):
   Slurm RUNNING → bound, and pod created → bound, while the level's placements are in flight.
 
+Before the first level, `--reference` reference workflows (3 no-op activities + 1 signal) at the
+same `--concurrency`, on the same server: each level's fill rate is printed against it.
+
 Every pod stays in flight to the end of the run; the partitions' jobs are cancelled after it.
 """
 
@@ -28,6 +31,7 @@ from bench.placement.environment import say
 from bench.placement.results import SiteLevel
 from bench.placement.scenarios import Scenarios, delta, stats_delta
 from bench.probes import memory_kb, metric_by, wake_times
+from bench.reference import run_reference
 from bench.slurm import running_times
 
 PROBE_RATE = 1.0  # probe pods created per second
@@ -40,6 +44,11 @@ class SiteScenario(Scenarios):
     async def run_site(self) -> None:
         o, r = self.o, self.results
         spare = await self.warm_up_beside()
+        if o.reference:
+            say(f"reference: {o.reference} workflows, at most {o.concurrency} in flight")
+            r.reference_before = await run_reference(
+                self.temporal, f"{self.task_queue}-reference", o.reference, o.concurrency
+            )
         self.reset_counters()
         r.rss_kb["worker_baseline"] = memory_kb(os.getpid())
         r.rss_kb["server_baseline"] = memory_kb(self.server_pid)
