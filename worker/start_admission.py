@@ -37,7 +37,7 @@ class StartAdmission:
         self.hold_seconds = hold_seconds
         self._clock = clock
         self._held: dict[str, float] = {}  # placement id -> when its room goes by itself
-        self._waiting: deque[tuple[str, asyncio.Future[None]]] = deque()
+        self._waiting: deque[tuple[str, asyncio.Future[bool]]] = deque()
         self.waits = 0  # starts that waited for room (for the benchmark and metrics)
 
     @property
@@ -54,7 +54,8 @@ class StartAdmission:
             self._held[key] = self._clock() + self.hold_seconds
             return
         self.waits += 1
-        admitted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        # Its result: whether this start took the room (not another pod of its group).
+        admitted: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._waiting.append((key, admitted))
         try:
             while not admitted.done():
@@ -65,8 +66,8 @@ class StartAdmission:
                 except TimeoutError:
                     self._expire()
         except BaseException:
-            if admitted.done() and not admitted.cancelled():
-                self.leave(key)  # admitted as it was cancelled: hand the room on
+            if admitted.done() and not admitted.cancelled() and admitted.result():
+                self.leave(key)  # given the room as it was cancelled: hand it on
             else:
                 admitted.cancel()  # skipped by `_admit`
             raise
@@ -87,6 +88,9 @@ class StartAdmission:
             key, admitted = self._waiting.popleft()
             if admitted.done():
                 continue  # its start was cancelled while it waited
-            if key not in self._held:
-                self._held[key] = self._clock() + self.hold_seconds
-            admitted.set_result(None)
+            self._held[key] = self._clock() + self.hold_seconds
+            admitted.set_result(True)
+            # The group's other pods that queued meanwhile go with it: they need no room of their own.
+            for other, joined in self._waiting:
+                if other == key and not joined.done():
+                    joined.set_result(False)

@@ -46,6 +46,17 @@ async def test_another_pod_of_a_started_group_needs_no_room_of_its_own() -> None
     assert admission.waits == 0
 
 
+async def test_the_pods_of_a_group_that_queued_together_start_together() -> None:
+    admission = StartAdmission(limit=1)
+    await admission.enter("a")
+    first, second = await entered(admission, "group"), await entered(admission, "group")
+    other = await entered(admission, "b")
+    admission.leave("a")
+    await asyncio.wait_for(asyncio.gather(first, second), TIMEOUT)  # one room for the group
+    assert not other.done()
+    assert admission.held == 1
+
+
 async def test_a_placement_that_never_claims_lets_its_room_go() -> None:
     admission = StartAdmission(limit=1, hold_seconds=0.05)
     await admission.enter("waits for its other pods")
