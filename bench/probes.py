@@ -149,10 +149,16 @@ class CpuSample:
     slurmctld: float | None
     slurmrestd: float | None
     machine: float  # every process on the box, ours and everyone else's
+    follower: float | None = None  # a follower worker process, when the run has one
 
     @classmethod
     def take(
-        cls, server: int | None, kube: int | None, slurmctld: int | None, slurmrestd: int | None
+        cls,
+        server: int | None,
+        kube: int | None,
+        slurmctld: int | None,
+        slurmrestd: int | None,
+        follower: int | None = None,
     ) -> "CpuSample":
         main, sdk = thread_cpu_seconds()
         return cls(
@@ -165,6 +171,7 @@ class CpuSample:
             slurmctld=cpu_seconds(slurmctld),
             slurmrestd=cpu_seconds(slurmrestd),
             machine=machine_busy_seconds(),
+            follower=cpu_seconds(follower),
         )
 
     def since(self, earlier: "CpuSample") -> dict[str, float | None]:
@@ -185,6 +192,7 @@ class CpuSample:
             "slurmctld": delta(self.slurmctld, earlier.slurmctld),
             "slurmrestd": delta(self.slurmrestd, earlier.slurmrestd),
             "machine": self.machine - earlier.machine,
+            "follower": delta(self.follower, earlier.follower),
         }
 
 

@@ -36,6 +36,7 @@ class PodDriver:
     server_pid: int | None
     slurmctld_pid: int | None
     slurmrestd_pid: int | None
+    follower_pid: int | None = None  # the follower worker process (--follower)
     task_queue: str
     installation: str
     activity_slurm: ActivitySlurm
@@ -218,7 +219,9 @@ class PodDriver:
         return ", ".join(f"{value} {key}" for key, value in counts.items())
 
     def cpu(self) -> CpuSample:
-        return CpuSample.take(self.server_pid, self.kube_process.pid, self.slurmctld_pid, self.slurmrestd_pid)
+        return CpuSample.take(
+            self.server_pid, self.kube_process.pid, self.slurmctld_pid, self.slurmrestd_pid, self.follower_pid
+        )
 
     def metrics(self) -> Samples:
         return scrape(self.metrics_url)

@@ -144,6 +144,7 @@ def to_json(r: Results) -> dict[str, Any]:
                 "hold_actions": v.hold_actions,
                 "rss_worker_kb": v.rss_worker_kb,
                 "rss_server_kb": v.rss_server_kb,
+                "rss_follower_kb": v.rss_follower_kb,
                 "probes": {
                     key: quantiles([x for d in v.probes if (x := d[key]) is not None]) for key in KEYS
                 },

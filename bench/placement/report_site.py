@@ -72,6 +72,8 @@ def report_site(r: Results, add: Callable[[str], None]) -> None:
     row("  with the job watcher paused", paused_cpu("slurmctld"))
     row("this process (the bridge) CPU, ms", hold_cpu("process"))
     row("  asyncio thread", hold_cpu("main_thread"))
+    if any(v.hold_cpu.get("follower") is not None for v in levels):
+        row("a follower replica's process CPU, ms", hold_cpu("follower"))
     row("Temporal dev server CPU, ms", hold_cpu("server"))
     row(
         "dev server actions per placement per hour",
@@ -89,6 +91,8 @@ def report_site(r: Results, add: Callable[[str], None]) -> None:
             for v in levels
         ],
     )
+    if any(v.rss_follower_kb for v in levels):
+        row("a follower replica", [f"{(v.rss_follower_kb or 0) / 1024:.0f}" for v in levels])
     row("Temporal dev server", [f"{(v.rss_server_kb or 0) / 1024:.0f}" for v in levels])
     add("")
     n = max((len(v.probes) for v in levels), default=0)

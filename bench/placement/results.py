@@ -33,6 +33,7 @@ class Options:
     max_cached_workflows: int | None
     timeout: float
     json_path: str | None
+    follower: bool = False  # a second worker process, a follower of the in-process one (the leader)
 
 
 @dataclass
@@ -52,6 +53,7 @@ class SiteLevel:
     hold_actions: float = 0.0  # the dev server's billable actions during the hold
     rss_worker_kb: int | None = None
     rss_server_kb: int | None = None
+    rss_follower_kb: int | None = None
     probes: list[dict[str, float | None]] = field(default_factory=list)
 
 

@@ -4,13 +4,18 @@ and takes it all down again."""
 
 import asyncio
 import contextlib
+import signal
+import sys
 import tempfile
+import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
 from bench.kube import CountingKube, KubeDriver, KubeProcess, PodObserver
@@ -21,8 +26,57 @@ from bench.probes import CountingTransport, child_pid, free_port, pids_by_comm
 from bench.slurm import ActivitySlurm, WatcherSlurm
 from bridge import search_attributes as sa
 from clients.kube_client import load_configuration
+from testbed.worker_env import settings_env
 from worker.main import Bridge
-from worker.settings import load_settings
+from worker.schedules import NODE_SYNC_SCHEDULE_ID
+from worker.settings import WorkerSettings, load_settings
+
+
+async def start_follower(settings: WorkerSettings, temporal: Client, log: Path) -> asyncio.subprocess.Process:
+    """`slurm-bridge worker` with the in-process bridge's settings and Lease: a follower, which
+    takes workflow and activity tasks from the same task queue and runs no watcher.
+
+    The worker's entry point creates the node sync Schedule, which the benchmark's bridge runs
+    without (a node sync would take the probes' nodes into the bridge's partition): the follower
+    starts it a day apart, and it is deleted as soon as it exists.
+    """
+    env = settings_env(
+        settings,
+        temporal.service_client.config.target_host,
+        LEADER_ELECTION="true",
+        LEASE_NAMESPACE=settings.lease_namespace,
+        LEASE_NAME=settings.lease_name,
+        INSTALLATION_ID=settings.installation_id,
+        METRICS_PORT="0",
+        SWEEP_INTERVAL="0",
+        NODE_SYNC_INTERVAL="86400",
+    )
+    command = str(Path(sys.executable).with_name("slurm-bridge"))
+    with log.open("wb") as stderr:
+        process = await asyncio.create_subprocess_exec(command, "worker", env=env, stderr=stderr)
+    schedule = temporal.get_schedule_handle(NODE_SYNC_SCHEDULE_ID)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            await schedule.delete()
+            return process
+        except RPCError as error:
+            if error.status != RPCStatusCode.NOT_FOUND or time.monotonic() > deadline:
+                await stop_process(process)
+                raise
+        await asyncio.sleep(0.2)  # the follower is still starting
+
+
+async def stop_process(process: asyncio.subprocess.Process) -> None:
+    """SIGINT (the worker's own shutdown), then SIGKILL after 20 s."""
+    if process.returncode is not None:
+        return
+    process.send_signal(signal.SIGINT)
+    try:
+        await asyncio.wait_for(process.wait(), 20)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
 
 
 class Bench(SiteScenario):
@@ -75,6 +129,8 @@ class Bench(SiteScenario):
                 job_watch_interval=o.watch_interval,
                 installation_id=self.installation,
                 metrics_port=0,
+                # With a follower, the in-process bridge leads: the watchers run there alone.
+                **({"leader_election": True, "lease_name": f"bench-{run_id}"} if o.follower else {}),
                 **(
                     {"temporal_max_cached_workflows": o.max_cached_workflows}
                     if o.max_cached_workflows is not None
@@ -110,6 +166,11 @@ class Bench(SiteScenario):
 
             stack.push_async_callback(stop_bridge)
             await asyncio.wait_for(bridge.pod_watcher.synced.wait(), 30)
+            if o.follower:
+                # Leading by now: the pod watcher runs in the leader only.
+                follower = await start_follower(settings, self.temporal, tmp / "follower.log")
+                self.follower_pid = follower.pid
+                stack.push_async_callback(stop_process, follower)
             r.slurm_jobs_at_start = await asyncio.to_thread(count_slurm_jobs, self.bed)
 
             if o.scenario == "pending":
