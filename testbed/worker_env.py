@@ -1,10 +1,13 @@
 """A worker pointed at the test bed: its settings (the real Slurm test bed, an API server's
 kubeconfig, fast polling) and the environment of a `slurm-bridge worker` process with them.
 
-Used by the end-to-end harness (tests/e2e/harness.py) and the kill points (testbed/kill_points.py).
+Used by the end-to-end harness (tests/e2e/harness.py), the kill points (testbed/kill_points.py)
+and the placement benchmark's follower (bench/placement/stack.py).
 """
 
+import asyncio
 import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -43,3 +46,15 @@ def settings_env(s: WorkerSettings, temporal_address: str, **extra: str) -> dict
         "HEALTH_PORT": "0",
         **extra,
     }
+
+
+async def stop_process(process: asyncio.subprocess.Process, grace: float = 20.0) -> None:
+    """SIGINT (a worker's own shutdown), then SIGKILL after `grace` seconds."""
+    if process.returncode is not None:
+        return
+    process.send_signal(signal.SIGINT)
+    try:
+        await asyncio.wait_for(process.wait(), grace)
+    except TimeoutError:
+        process.kill()
+        await process.wait()

@@ -4,7 +4,6 @@ and takes it all down again."""
 
 import asyncio
 import contextlib
-import signal
 import sys
 import tempfile
 import time
@@ -26,7 +25,7 @@ from bench.probes import CountingTransport, child_pid, free_port, pids_by_comm
 from bench.slurm import ActivitySlurm, WatcherSlurm
 from bridge import search_attributes as sa
 from clients.kube_client import load_configuration
-from testbed.worker_env import settings_env
+from testbed.worker_env import settings_env, stop_process
 from worker.main import Bridge
 from worker.schedules import NODE_SYNC_SCHEDULE_ID
 from worker.settings import WorkerSettings, load_settings
@@ -65,18 +64,6 @@ async def start_follower(settings: WorkerSettings, temporal: Client, log: Path) 
                 await stop_process(process)
                 raise
         await asyncio.sleep(0.2)  # the follower is still starting
-
-
-async def stop_process(process: asyncio.subprocess.Process) -> None:
-    """SIGINT (the worker's own shutdown), then SIGKILL after 20 s."""
-    if process.returncode is not None:
-        return
-    process.send_signal(signal.SIGINT)
-    try:
-        await asyncio.wait_for(process.wait(), 20)
-    except TimeoutError:
-        process.kill()
-        await process.wait()
 
 
 class Bench(SiteScenario):

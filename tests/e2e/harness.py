@@ -9,7 +9,6 @@ after the partition (so pod keys never collide across tests), and a Bridge
 import asyncio
 import contextlib
 import json
-import signal
 import socket
 import sys
 import uuid
@@ -40,6 +39,7 @@ from testbed.slurm_bed import SlurmTestBed, TestPartition
 from testbed.waiting import until
 from testbed.worker_env import bed_settings as bed_settings  # re-exported: the e2e tests' import
 from testbed.worker_env import settings_env as settings_env  # (testbed: kill points use them too)
+from testbed.worker_env import stop_process
 from worker.main import Bridge
 from worker.pod_watcher import workflow_id
 from worker.settings import WorkerSettings
@@ -335,10 +335,4 @@ async def running_process(*command: str, **options: Any) -> AsyncIterator[asynci
     try:
         yield process
     finally:
-        if process.returncode is None:
-            process.send_signal(signal.SIGINT)
-            try:
-                await asyncio.wait_for(process.wait(), 20)
-            except TimeoutError:
-                process.kill()
-                await process.wait()
+        await stop_process(process)
