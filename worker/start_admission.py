@@ -44,19 +44,25 @@ class StartAdmission:
     def held(self) -> int:
         return len(self._held)
 
-    async def enter(self, key: str) -> None:
-        """Until `key` (a placement id) may start: at once if it holds room already (another pod
-        of the same group) or there is room and nobody waits; otherwise in turn."""
+    def request(self, key: str) -> asyncio.Future[bool]:
+        """`key`'s (a placement id's) place in line: a future done once it may start, at once if
+        it holds room already (another pod of the same group) or there is room and nobody waits.
+        Its result: whether this start took the room (not another pod of its group)."""
         self._expire()
-        if key in self._held:
-            return
-        if len(self._held) < self.limit and not self._waiting:
-            self._held[key] = self._clock() + self.hold_seconds
-            return
-        self.waits += 1
-        # Its result: whether this start took the room (not another pod of its group).
         admitted: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._waiting.append((key, admitted))
+        if key in self._held:
+            admitted.set_result(False)
+        elif len(self._held) < self.limit and not self._waiting:
+            self._held[key] = self._clock() + self.hold_seconds
+            admitted.set_result(True)
+        else:
+            self.waits += 1
+            self._waiting.append((key, admitted))
+        return admitted
+
+    async def enter(self, key: str) -> None:
+        """Until `key` may start (`request`); cancelled meanwhile, it takes no room."""
+        admitted = self.request(key)
         try:
             while not admitted.done():
                 # Woken by a claim, or by the earliest hold running out.

@@ -16,25 +16,17 @@ from worker.start_admission import StartAdmission
 TIMEOUT = 5.0
 
 
-async def entered(admission: StartAdmission, key: str) -> asyncio.Task[None]:
-    """`enter` as a task, run until it either got in or waits."""
-    task = asyncio.create_task(admission.enter(key))
-    await asyncio.sleep(0)  # one loop turn: an admission with room returns in it
-    return task
-
-
 async def test_starts_beyond_the_limit_wait_their_turn_in_order() -> None:
     admission = StartAdmission(limit=2)
-    first, second = await entered(admission, "a"), await entered(admission, "b")
-    third, fourth = await entered(admission, "c"), await entered(admission, "d")
-    assert [task.done() for task in (first, second, third, fourth)] == [True, True, False, False]
+    first, second, third, fourth = (admission.request(key) for key in "abcd")
+    assert [start.done() for start in (first, second, third, fourth)] == [True, True, False, False]
     assert admission.waits == 2
 
     admission.leave("b")  # b claimed its pods
-    await asyncio.wait_for(third, TIMEOUT)
+    assert third.done()
     assert not fourth.done()  # first come, first served
     admission.leave("a")
-    await asyncio.wait_for(fourth, TIMEOUT)
+    assert fourth.done()
     assert admission.held == 2
 
 
@@ -48,11 +40,10 @@ async def test_another_pod_of_a_started_group_needs_no_room_of_its_own() -> None
 
 async def test_the_pods_of_a_group_that_queued_together_start_together() -> None:
     admission = StartAdmission(limit=1)
-    await admission.enter("a")
-    first, second = await entered(admission, "group"), await entered(admission, "group")
-    other = await entered(admission, "b")
+    admission.request("a")
+    first, second, other = admission.request("group"), admission.request("group"), admission.request("b")
     admission.leave("a")
-    await asyncio.wait_for(asyncio.gather(first, second), TIMEOUT)  # one room for the group
+    assert (first.result(), second.result()) == (True, False)  # one room for the group
     assert not other.done()
     assert admission.held == 1
 
@@ -67,13 +58,16 @@ async def test_a_placement_that_never_claims_lets_its_room_go() -> None:
 async def test_a_start_cancelled_while_it_waits_takes_no_room() -> None:
     admission = StartAdmission(limit=1)
     await admission.enter("a")
-    cancelled, after = await entered(admission, "b"), await entered(admission, "c")
-    cancelled.cancel()
-    admission.leave("a")
-    await asyncio.wait_for(after, TIMEOUT)
-    assert admission.held == 1
+    this = asyncio.current_task()
+    assert this is not None
+    asyncio.get_running_loop().call_soon(this.cancel)  # once `enter` below waits
     with pytest.raises(asyncio.CancelledError):
-        await cancelled
+        await admission.enter("b")
+    this.uncancel()
+    after = admission.request("c")
+    admission.leave("a")
+    assert after.done()  # b's turn was skipped
+    assert admission.held == 1
 
 
 class _Temporal:
