@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import sys
 import tempfile
-import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -14,7 +13,6 @@ from typing import Any
 
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
 from bench.kube import CountingKube, KubeDriver, KubeProcess, PodObserver
@@ -27,7 +25,7 @@ from bridge import search_attributes as sa
 from clients.kube_client import load_configuration
 from testbed.worker_env import settings_env, stop_process
 from worker.main import Bridge
-from worker.schedules import NODE_SYNC_SCHEDULE_ID
+from worker.schedules import NODE_SYNC_SCHEDULE_ID, node_sync_schedule
 from worker.settings import WorkerSettings, load_settings
 
 
@@ -35,10 +33,14 @@ async def start_follower(settings: WorkerSettings, temporal: Client, log: Path) 
     """`slurm-bridge worker` with the in-process bridge's settings and Lease: a follower, which
     takes workflow and activity tasks from the same task queue and runs no watcher.
 
-    The worker's entry point creates the node sync Schedule, which the benchmark's bridge runs
-    without (a node sync would take the probes' nodes into the bridge's partition): the follower
-    starts it a day apart, and it is deleted as soon as it exists.
+    The worker's entry point creates or updates the node sync Schedule, which the benchmark's
+    bridge runs without (a node sync would take the probes' nodes into the bridge's partition):
+    it is created paused first, and a worker's update keeps a paused schedule paused.
     """
+    paused = node_sync_schedule(settings)
+    paused.state.paused = True
+    paused.state.note = "the benchmark's bridge runs without node sync"
+    await temporal.create_schedule(NODE_SYNC_SCHEDULE_ID, paused)
     env = settings_env(
         settings,
         temporal.service_client.config.target_host,
@@ -48,22 +50,10 @@ async def start_follower(settings: WorkerSettings, temporal: Client, log: Path) 
         INSTALLATION_ID=settings.installation_id,
         METRICS_PORT="0",
         SWEEP_INTERVAL="0",
-        NODE_SYNC_INTERVAL="86400",
     )
     command = str(Path(sys.executable).with_name("slurm-bridge"))
     with log.open("wb") as stderr:
-        process = await asyncio.create_subprocess_exec(command, "worker", env=env, stderr=stderr)
-    schedule = temporal.get_schedule_handle(NODE_SYNC_SCHEDULE_ID)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            await schedule.delete()
-            return process
-        except RPCError as error:
-            if error.status != RPCStatusCode.NOT_FOUND or time.monotonic() > deadline:
-                await stop_process(process)
-                raise
-        await asyncio.sleep(0.2)  # the follower is still starting
+        return await asyncio.create_subprocess_exec(command, "worker", env=env, stderr=stderr)
 
 
 class Bench(SiteScenario):
