@@ -9,6 +9,7 @@ from bridge.failures import SLURM_BUSY, SLURM_REJECTED
 from bridge.models import JobDescription, SubmitResult, admin_comment_pods
 from bridge.slurm_api import JobDescMsg
 from bridge.slurm_jobs import het_offset, is_live, job_event, placement_of
+from clients.job_listing import SharedListing
 from clients.slurm_client import SlurmClient
 from clients.slurm_errors import SlurmBusy, SlurmNotFound, SlurmRejected
 
@@ -31,6 +32,8 @@ class SlurmActivities:
         self.slurm = slurm
         # find_job calls made by submit_once on a recovery path: each lists Slurm's jobs.
         self.recovery_listings = 0
+        # The recoveries' listings: one at a time, shared by the recoveries waiting for it.
+        self.listing = SharedListing(slurm.list_jobs)
 
     async def submit_once(
         self, job: JobDescription, placement_id: str, *, since: int, recovery: bool
@@ -103,7 +106,7 @@ class SlurmActivities:
 
     async def find_job(self, job: JobDescription, since: int) -> int | None:
         # A minute of slack covers clock skew between the worker and slurmctld.
-        jobs, _ = await self.slurm.list_jobs(update_time=max(since - 60, 0))
+        jobs = await self.listing.jobs_since(max(since - 60, 0))
         # A heterogeneous job is found by its leader (component 0), which lists its own pods.
         leader = job.components[0] if job.components else job
         for candidate in jobs:
@@ -120,7 +123,7 @@ class SlurmActivities:
     async def live_jobs_of(self, placement_id: str, since: int) -> list[int]:
         """Live jobs whose comment is this placement id (a recovery path: one listing, counted)."""
         self.recovery_listings += 1
-        jobs, _ = await self.slurm.list_jobs(update_time=max(since - 60, 0))
+        jobs = await self.listing.jobs_since(max(since - 60, 0))
         found = []
         for candidate in jobs:
             info = candidate.model_dump(mode="json")

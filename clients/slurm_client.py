@@ -10,11 +10,12 @@ Every failure is a `SlurmError` (clients/slurm_errors.py: which answer is which)
 
 Timeouts and retries: point requests (one job, one node, the states of a few
 hundred named jobs) wait `timeout`; listing every job (`list_jobs`: ~8 KB per
-job, 16 MB and 0.7 s at 2,000 jobs on an otherwise idle 2-core slurmctld, and
-slower on a busy one) waits `listing_timeout`. The client never retries by
-itself: its callers do, with backoff (Temporal's activity retry policy, the job
-watcher's exponential backoff, the signal delivery's), so a slow slurmrestd is
-never asked again at once.
+job, 16 MB and 0.7 s at 2,000 jobs on an otherwise idle 2-core slurmctld, 248 MiB
+and 40 s at 30,000, slower on a busy one) waits `listing_timeout`. The client
+retries nothing by itself but a read that met a kept-alive connection out of step
+(asked once more, on another connection): its callers do, with backoff (Temporal's
+activity retry policy, the job watcher's exponential backoff, the signal
+delivery's), so a slow slurmrestd is never asked again at once.
 
 Its size (about 670 lines) is one method per slurmrestd call; how answers become errors
 is clients/slurm_errors.py's.
@@ -141,7 +142,7 @@ class SlurmClient:
         user_name: str | None,
         token_file: Path | None,
         timeout: float = 10.0,
-        listing_timeout: float = 60.0,
+        listing_timeout: float = 240.0,
         transport: httpx.AsyncBaseTransport | None = None,
         observer: Callable[[str, str, float], None] | None = None,
         api_version: str = API_VERSION,
@@ -157,8 +158,9 @@ class SlurmClient:
         self._token = ""  # the token as last read, and the file's identity then
         self._token_version: tuple[int, int, int, int] | None = None
         self.timeout = timeout
-        # Listing every job: megabytes from a slurmrestd that may be busy. Connecting
-        # still fails as fast as for any other request.
+        # Listing every job: megabytes from a slurmrestd that may be busy, and one given up on
+        # is built to the end all the same; within the submission's 5-minute attempt
+        # (workflows/placement.py). Connecting still fails as fast as for any other request.
         self.listing_timeout = httpx.Timeout(max(listing_timeout, timeout), connect=timeout)
         self._http = httpx.AsyncClient(
             base_url=f"{self.base_url}/slurm/{api_version}",

@@ -73,6 +73,10 @@ Out = TypeVar("Out")
 DEFAULT_RECHECK = timedelta(minutes=10)
 RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
 ATTEMPT_TIMEOUT = timedelta(seconds=60)
+# The submission's attempt may list every job Slurm holds (a recovery): 40 s at 30,000 jobs on
+# the benchmark machine, longer on a busy slurmrestd; cut off at 60 s, it was asked again and
+# again and never got its answer. Its heartbeats still tell a dead worker within seconds.
+SUBMISSION_ATTEMPT_TIMEOUT = timedelta(minutes=5)
 # A step tried as a local activity gets one attempt, shorter than the workflow task timeout
 # (10 s) so that the task never needs heartbeating; then it is an ordinary activity.
 LOCAL_ATTEMPT_TIMEOUT = timedelta(seconds=8)
@@ -263,6 +267,7 @@ class PlacementWorkflow(GroupMembers):
                     reported=reported,
                 ),
                 summary=f"claim pods, translate, submit to Slurm ({len(self.members)} pods)",
+                attempt_timeout=SUBMISSION_ATTEMPT_TIMEOUT,
             )
             if prepared.submitted or not prepared.unschedulable:
                 break
@@ -749,6 +754,7 @@ class PlacementWorkflow(GroupMembers):
         summary: str,
         must_finish: bool = False,
         local: bool = False,
+        attempt_timeout: timedelta = ATTEMPT_TIMEOUT,
     ) -> Out:
         """One activity, bounded: a step stuck past its bound is reported on the pods and tried again."""
         bound = timedelta(seconds=self.request.step_bound_seconds)
@@ -782,7 +788,7 @@ class PlacementWorkflow(GroupMembers):
                 result = await workflow.execute_activity_method(
                     method,
                     given,
-                    start_to_close_timeout=ATTEMPT_TIMEOUT,
+                    start_to_close_timeout=min(attempt_timeout, bound),
                     # A worker killed mid-step is noticed in seconds, not after the whole attempt.
                     heartbeat_timeout=timedelta(seconds=self.request.step_heartbeat_seconds),
                     schedule_to_close_timeout=bound,

@@ -31,8 +31,9 @@ SWEEP_RETRY = RetryPolicy(
     maximum_interval=timedelta(seconds=10),
     maximum_attempts=3,
 )
-# The scan lists every Slurm job once (megabytes on a busy Slurm) and every bridge pod.
-SCAN_TIMEOUT = timedelta(minutes=3)
+# The scan lists every Slurm job once (megabytes on a busy Slurm; the client waits up to 4
+# minutes for it) and every bridge pod.
+SCAN_TIMEOUT = timedelta(minutes=6)
 HEAL_TIMEOUT = timedelta(minutes=2)
 # Actions per heal activity: keeps each attempt short and each payload small.
 BATCH_SIZE = 20

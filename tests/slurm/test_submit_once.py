@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from collections.abc import AsyncIterator
 
@@ -82,3 +83,41 @@ async def test_first_attempt_submits_without_listing_and_recovery_adopts(
     assert operations == ["GET /jobs/", "POST /job/submit"]
     assert activities.recovery_listings == 2
     await client.cancel_job(fresh.job_id)
+
+
+async def test_recoveries_at_once_share_their_listings_and_each_finds_its_job(
+    observed: tuple[SlurmClient, list[str]], slurm_partition: MakePartition
+) -> None:
+    # Slurm back after an outage: every placement that was submitting recovers at once.
+    client, operations = observed
+    partition = slurm_partition()
+    activities = SlurmActivities(client)
+    token = secrets.token_hex(4)
+    placements = {
+        f"placement/submit-test/ns-{token}/pod-{i}/uid-{token}@gen-{token}": description(
+            partition.name, f"ns-{token}/pod-{i}"
+        )
+        for i in range(6)
+    }
+    # Their submissions reached Slurm, but the answers were lost.
+    submitted = {
+        placement_id: (await activities.submit_once(job, placement_id, since=0, recovery=False)).job_id
+        for placement_id, job in placements.items()
+    }
+    operations.clear()
+
+    recovered = await asyncio.gather(
+        *(
+            activities.submit_once(job, placement_id, since=0, recovery=True)
+            for placement_id, job in placements.items()
+        )
+    )
+
+    found = {placement_id: r.job_id for placement_id, r in zip(placements, recovered, strict=True)}
+    assert found == submitted
+    assert not any(r.created for r in recovered)
+    # The first listing, and one for all who asked while it ran: never one per recovery.
+    assert operations == ["GET /jobs/", "GET /jobs/"]
+    assert activities.listing.begun == 2
+    for job_id in submitted.values():
+        await client.cancel_job(job_id)

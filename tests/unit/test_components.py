@@ -274,6 +274,9 @@ async def test_a_refused_het_job_says_how_to_size_the_group_as_one_job() -> None
             assert len(components) == 2
             raise SlurmRejected("HetJob submission failed", operation="POST /job/submit", status=422)
 
+        async def list_jobs(self, update_time: int | None = None) -> Any:
+            raise AssertionError("a first submission never lists")
+
     activities = SlurmActivities(Refusing())  # type: ignore[arg-type]
     job = het_job(leader_and_workers(2))
     with pytest.raises(ApplicationError) as refused:
