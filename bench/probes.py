@@ -136,6 +136,12 @@ def pids_by_comm(comm: str, root: Path | None = None) -> list[int]:
     return found
 
 
+def _sum_cpu(pids: Sequence[int]) -> float | None:
+    """CPU seconds of these processes together; None with none (or once any is gone)."""
+    seconds = [cpu_seconds(pid) for pid in pids]
+    return None if not seconds or None in seconds else sum(s for s in seconds if s is not None)
+
+
 @dataclass(frozen=True)
 class CpuSample:
     """CPU seconds of every process that works for a placement, at one instant."""
@@ -149,7 +155,7 @@ class CpuSample:
     slurmctld: float | None
     slurmrestd: float | None
     machine: float  # every process on the box, ours and everyone else's
-    follower: float | None = None  # a follower worker process, when the run has one
+    follower: float | None = None  # the follower worker processes together, when the run has any
 
     @classmethod
     def take(
@@ -158,7 +164,7 @@ class CpuSample:
         kube: int | None,
         slurmctld: int | None,
         slurmrestd: int | None,
-        follower: int | None = None,
+        followers: Sequence[int] = (),
     ) -> "CpuSample":
         main, sdk = thread_cpu_seconds()
         return cls(
@@ -171,7 +177,7 @@ class CpuSample:
             slurmctld=cpu_seconds(slurmctld),
             slurmrestd=cpu_seconds(slurmrestd),
             machine=machine_busy_seconds(),
-            follower=cpu_seconds(follower),
+            follower=_sum_cpu(followers),
         )
 
     def since(self, earlier: "CpuSample") -> dict[str, float | None]:

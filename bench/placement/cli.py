@@ -87,9 +87,13 @@ def parse(argv: Sequence[str] | None) -> Options:
         "--foreign-jobs", type=int, default=0, help="another user's held jobs in Slurm during the run"
     )
     p.add_argument(
-        "--follower",
-        action="store_true",
-        help="a second worker process beside the benchmark's, a follower under leader election",
+        "--followers",
+        type=int,
+        default=0,
+        help="worker processes beside the benchmark's, followers under leader election (replicas - 1)",
+    )
+    p.add_argument(
+        "--follower", dest="followers", action="store_const", const=1, help="the same as --followers 1"
     )
     p.add_argument(
         "--max-cached-workflows",
@@ -140,7 +144,7 @@ def parse(argv: Sequence[str] | None) -> Options:
         max_cached_workflows=a.max_cached_workflows,
         timeout=a.timeout if a.timeout is not None else (3600 if site else 900 if pending else 300),
         json_path=a.json_path,
-        follower=a.follower,
+        followers=a.followers,
     )
 
 

@@ -36,7 +36,7 @@ class PodDriver:
     server_pid: int | None
     slurmctld_pid: int | None
     slurmrestd_pid: int | None
-    follower_pid: int | None = None  # the follower worker process (--follower)
+    follower_pids: list[int]  # the follower worker processes (--followers)
     task_queue: str
     installation: str
     activity_slurm: ActivitySlurm
@@ -220,7 +220,11 @@ class PodDriver:
 
     def cpu(self) -> CpuSample:
         return CpuSample.take(
-            self.server_pid, self.kube_process.pid, self.slurmctld_pid, self.slurmrestd_pid, self.follower_pid
+            self.server_pid,
+            self.kube_process.pid,
+            self.slurmctld_pid,
+            self.slurmrestd_pid,
+            self.follower_pids,
         )
 
     def metrics(self) -> Samples:

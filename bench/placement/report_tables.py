@@ -23,6 +23,7 @@ CPU_ROWS = (
     ("fake Kubernetes API (own process)", "kube"),
     ("slurmctld (shared with others)", "slurmctld"),
     ("slurmrestd (shared with others)", "slurmrestd"),
+    ("follower replicas (own processes)", "follower"),
 )
 
 
@@ -141,7 +142,10 @@ def cpu_rows(r: Results, n: int, add: Callable[[str], None]) -> None:
         text = [fmt_ms(v / count if v is not None and count else None) for v, count in cells]
         add(f"  {label:<36} {text[0]:>8} {text[1]:>13} {text[2]:>8} {text[3]:>10}")
     wall = r.burst.cpu.get("wall") or 0.0
-    busy = sum(r.burst.cpu.get(k) or 0.0 for k in ("process", "server", "kube", "slurmctld", "slurmrestd"))
+    busy = sum(
+        r.burst.cpu.get(k) or 0.0
+        for k in ("process", "server", "kube", "slurmctld", "slurmrestd", "follower")
+    )
     machine = r.burst.cpu.get("machine") or 0.0
     add(
         f"  burst: {wall:.1f} s wall; these processes kept {busy / wall if wall else 0:.2f} of "

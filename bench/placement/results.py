@@ -33,7 +33,7 @@ class Options:
     max_cached_workflows: int | None
     timeout: float
     json_path: str | None
-    follower: bool = False  # a second worker process, a follower of the in-process one (the leader)
+    followers: int = 0  # worker processes beside the in-process one (the leader), following it
 
 
 @dataclass

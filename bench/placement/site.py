@@ -109,7 +109,7 @@ class SiteScenario(Scenarios):
         measured.watcher_passes = self.job_watcher.passes - passes
         measured.rss_worker_kb = memory_kb(os.getpid())
         measured.rss_server_kb = memory_kb(self.server_pid)
-        measured.rss_follower_kb = memory_kb(self.follower_pid) if self.follower_pid else None
+        measured.rss_follower_kb = memory_kb(self.follower_pids[0]) if self.follower_pids else None
         self.watcher_slurm.running.clear()
         try:
             await asyncio.sleep(o.watch_interval * 2)  # a pass in flight finishes

@@ -29,18 +29,22 @@ from worker.schedules import NODE_SYNC_SCHEDULE_ID, node_sync_schedule
 from worker.settings import WorkerSettings, load_settings
 
 
-async def start_follower(settings: WorkerSettings, temporal: Client, log: Path) -> asyncio.subprocess.Process:
-    """`slurm-bridge worker` with the in-process bridge's settings and Lease: a follower, which
-    takes workflow and activity tasks from the same task queue and runs no watcher.
+async def pause_node_sync(settings: WorkerSettings, temporal: Client) -> None:
+    """The node sync Schedule, created paused before any follower starts.
 
     The worker's entry point creates or updates the node sync Schedule, which the benchmark's
-    bridge runs without (a node sync would take the probes' nodes into the bridge's partition):
-    it is created paused first, and a worker's update keeps a paused schedule paused.
+    bridge runs without (a node sync would take the probes' nodes into the bridge's partition);
+    a worker's update keeps a paused schedule paused.
     """
     paused = node_sync_schedule(settings)
     paused.state.paused = True
     paused.state.note = "the benchmark's bridge runs without node sync"
     await temporal.create_schedule(NODE_SYNC_SCHEDULE_ID, paused)
+
+
+async def start_follower(settings: WorkerSettings, temporal: Client, log: Path) -> asyncio.subprocess.Process:
+    """`slurm-bridge worker` with the in-process bridge's settings and Lease: a follower, which
+    takes workflow and activity tasks from the same task queue and runs no watcher."""
     env = settings_env(
         settings,
         temporal.service_client.config.target_host,
@@ -61,6 +65,7 @@ class Bench(SiteScenario):
         o, r = self.o, self.results
         self.loop = asyncio.get_running_loop()
         self._background: set[asyncio.Future[Any]] = set()
+        self.follower_pids = []
         r.started = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
         r.environment = environment(self.bed)
         metrics_port = free_port()
@@ -107,7 +112,7 @@ class Bench(SiteScenario):
                 installation_id=self.installation,
                 metrics_port=0,
                 # With a follower, the in-process bridge leads: the watchers run there alone.
-                **({"leader_election": True, "lease_name": f"bench-{run_id}"} if o.follower else {}),
+                **({"leader_election": True, "lease_name": f"bench-{run_id}"} if o.followers else {}),
                 **(
                     {"temporal_max_cached_workflows": o.max_cached_workflows}
                     if o.max_cached_workflows is not None
@@ -143,11 +148,13 @@ class Bench(SiteScenario):
 
             stack.push_async_callback(stop_bridge)
             await asyncio.wait_for(bridge.pod_watcher.synced.wait(), 30)
-            if o.follower:
+            if o.followers:
                 # Leading by now: the pod watcher runs in the leader only.
-                follower = await start_follower(settings, self.temporal, tmp / "follower.log")
-                self.follower_pid = follower.pid
-                stack.push_async_callback(stop_process, follower)
+                await pause_node_sync(settings, self.temporal)
+                for index in range(o.followers):
+                    follower = await start_follower(settings, self.temporal, tmp / f"follower-{index}.log")
+                    self.follower_pids.append(follower.pid)
+                    stack.push_async_callback(stop_process, follower)
             r.slurm_jobs_at_start = await asyncio.to_thread(count_slurm_jobs, self.bed)
 
             if o.scenario == "pending":

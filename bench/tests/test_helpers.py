@@ -193,7 +193,8 @@ def test_parse_site_defaults_and_levels() -> None:
     assert (site.levels, site.pods, site.nodes, site.cpus) == ((100, 1000, 10000), 10000, 1000, 5)
     assert (site.reference, site.paced, site.probes, site.timeout) == (1000, 0, 20, 3600)
     assert parse(["--scenario", "site", "--reference", "0"]).reference == 0
-    assert (site.follower, parse(["--scenario", "site", "--follower"]).follower) == (False, True)
+    assert (site.followers, parse(["--scenario", "site", "--follower"]).followers) == (0, 1)
+    assert parse(["--followers", "2"]).followers == 2
     assert parse(["--scenario", "site", "--levels", "5,50"]).pods == 50
     for bad in ("1000,100", "100,x", "0,10"):
         with pytest.raises(SystemExit):
