@@ -1,8 +1,10 @@
-"""The Kubernetes side of the benchmark: the fake API in its own process, the driver and the kubelet.
+"""The Kubernetes side of the benchmark: the API server, the driver and the kubelet.
 
-The fake API (`python -m testbed.kube_fake`) runs as a child process, so its
-threads neither compete with the bridge for the GIL nor count in the bridge's
-CPU and memory. The benchmark talks to it over HTTP like any client:
+The API server is the fake (`python -m testbed.kube_fake`, `KubeProcess`) or the
+real kube-apiserver v1.28 + etcd of testbed/kube_real (`RealKube`); either runs in
+processes of its own, so its work neither competes with the bridge for the GIL nor
+counts in the bridge's CPU and memory. The benchmark talks to it over HTTP(S) like
+any client:
 
 * `KubeDriver` creates nodes and pods and writes pod phases (the kubelet's part);
 * `PodObserver` watches the run's pods on a thread of its own and stamps each
@@ -10,8 +12,8 @@ CPU and memory. The benchmark talks to it over HTTP like any client:
 * `CountingKube` is the bridge's own `KubeClient`, counting its requests by
   operation (watches are marked as such).
 
-Its size (about 410 lines) is the driver, the observer and their one HTTP connection,
-written with http.client on purpose (their CPU is counted on the bridge's GIL).
+Its size (about 480 lines) is the two servers, the driver, the observer and their one HTTP
+connection, written with http.client on purpose (their CPU is counted on the bridge's GIL).
 """
 
 import contextlib
@@ -21,6 +23,7 @@ import os
 import queue
 import select
 import signal
+import ssl
 import subprocess
 import sys
 import threading
@@ -36,6 +39,7 @@ from bench.probes import kube_operation
 from bridge import keys
 from bridge.tolerations import managed_node_toleration
 from clients.kube_client import KubeClient
+from testbed.kube_real.apiserver import ApiServer
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -43,26 +47,49 @@ Json = dict[str, Any]
 
 
 class HttpError(RuntimeError):
-    """The fake API answered an error, or the connection failed."""
+    """The API server answered an error, or the connection failed."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where the API server is, and how the benchmark's own requests get in (the real one: TLS
+    and the admin's bearer token)."""
+
+    url: str
+    token: str | None = None
+    ca_file: Path | None = None
 
 
 class _Connection:
-    """One keep-alive HTTP/1.1 connection to the fake API, from the standard library.
+    """One keep-alive HTTP/1.1 connection to the API server, from the standard library.
 
     The driver and the observer run on threads of the bridge's process and hold its GIL while
-    they work; `http.client` costs a fraction of an httpx client's CPU per request (no
-    transport layers, no TLS context), so the simulated kubelet takes less from the bridge.
+    they work; `http.client` costs a fraction of an httpx client's CPU per request (fewer
+    transport layers), so the simulated kubelet takes less from the bridge.
     """
 
-    def __init__(self, url: str, timeout: float) -> None:
-        parsed = urlsplit(url)
-        self._host, self._port = parsed.hostname or "127.0.0.1", parsed.port or 80
+    def __init__(self, endpoint: Endpoint, timeout: float) -> None:
+        parsed = urlsplit(endpoint.url)
+        self._tls = parsed.scheme == "https"
+        self._host = parsed.hostname or "127.0.0.1"
+        self._port = parsed.port or (443 if self._tls else 80)
         self._timeout = timeout
+        self._headers = {"Authorization": f"Bearer {endpoint.token}"} if endpoint.token else {}
+        self._context = (
+            ssl.create_default_context(cafile=str(endpoint.ca_file) if endpoint.ca_file else None)
+            if self._tls
+            else None
+        )
         self._conn: http.client.HTTPConnection | None = None
 
     def _open(self) -> http.client.HTTPConnection:
         if self._conn is None:
-            self._conn = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
+            if self._context is not None:
+                self._conn = http.client.HTTPSConnection(
+                    self._host, self._port, timeout=self._timeout, context=self._context
+                )
+            else:
+                self._conn = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
         return self._conn
 
     def close(self) -> None:
@@ -74,7 +101,7 @@ class _Connection:
         self, method: str, path: str, body: bytes | None = None, content_type: str = "application/json"
     ) -> http.client.HTTPResponse:
         """Send a request; the response must be read (or closed) before the next one."""
-        headers = {"Content-Type": content_type} if body is not None else {}
+        headers = {**self._headers, **({"Content-Type": content_type} if body is not None else {})}
         try:
             conn = self._open()
             conn.request(method, path, body=body, headers=headers)
@@ -119,6 +146,14 @@ class KubeProcess:
     def pid(self) -> int | None:
         return self._process.pid if self._process is not None else None
 
+    @property
+    def pids(self) -> list[int]:
+        return [self.pid] if self.pid is not None else []
+
+    @property
+    def endpoint(self) -> Endpoint:
+        return Endpoint(self.url)
+
     def start(self, timeout: float = 30.0) -> "KubeProcess":
         command = [
             sys.executable,
@@ -160,6 +195,49 @@ class KubeProcess:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=10)
+
+
+class RealKube:
+    """The real kube-apiserver v1.28 + etcd (testbed/kube_real), an instance of the run's own.
+
+    The benchmark's driver and the bridge both come in as the cluster's admin. No controller
+    runs: the driver lifts the not-ready taint of a node it creates (the node lifecycle
+    controller's part) and creates a namespace's default ServiceAccount (the controller
+    manager's).
+    """
+
+    def __init__(self) -> None:
+        self.server: ApiServer | None = None
+
+    def start(self) -> "RealKube":
+        self.server = ApiServer.start()
+        return self
+
+    def stop(self) -> None:
+        server, self.server = self.server, None
+        if server is not None:
+            server.stop()
+
+    @property
+    def kubeconfig(self) -> Path:
+        assert self.server is not None
+        return self.server.admin_kubeconfig
+
+    @property
+    def endpoint(self) -> Endpoint:
+        assert self.server is not None
+        return Endpoint(self.server.url, self.server.admin_token, self.server.ca_file)
+
+    @property
+    def pids(self) -> list[int]:
+        """kube-apiserver's and etcd's, as recorded by hack/kube-apiserver.sh."""
+        if self.server is None:
+            return []
+        found = []
+        for name in ("kube-apiserver", "etcd"):
+            with contextlib.suppress(OSError, ValueError):
+                found.append(int((self.server.directory / f"{name}.pid").read_text().strip()))
+        return found
 
 
 def node_manifest(name: str, cpu: int, memory_mb: int) -> Json:
@@ -218,20 +296,58 @@ def pod_manifest(
 
 
 class KubeDriver:
-    """Plain HTTP calls to the fake API, from any thread (one connection pool per thread)."""
+    """Plain HTTP(S) calls to the API server, from any thread (one connection per thread)."""
 
-    def __init__(self, url: str) -> None:
-        self.url = url
+    def __init__(self, endpoint: Endpoint | str) -> None:
+        self.endpoint = endpoint if isinstance(endpoint, Endpoint) else Endpoint(endpoint)
         self._local = threading.local()
 
-    def _call(self, method: str, path: str, body: Json, content_type: str = "application/json") -> Json:
+    @property
+    def url(self) -> str:
+        return self.endpoint.url
+
+    def connection(self, timeout: float) -> _Connection:
+        """A connection of the caller's own (the observer's watch)."""
+        return _Connection(self.endpoint, timeout)
+
+    def _call(
+        self, method: str, path: str, body: Json | None, content_type: str = "application/json"
+    ) -> Json:
         connection: _Connection | None = getattr(self._local, "connection", None)
         if connection is None:
-            connection = self._local.connection = _Connection(self.url, timeout=30)
+            connection = self._local.connection = _Connection(self.endpoint, timeout=30)
         return connection.call(method, path, body, content_type)
 
     def create_node(self, name: str, cpu: int, memory_mb: int) -> None:
-        self._call("POST", "/api/v1/nodes", node_manifest(name, cpu, memory_mb))
+        manifest = node_manifest(name, cpu, memory_mb)
+        created = self._call("POST", "/api/v1/nodes", manifest)
+        # A real API server keeps no status from a create and gives every new node the
+        # not-ready taint (TaintNodesByCondition): the kubelet and the node lifecycle
+        # controller would set the one and lift the other.
+        if not (created.get("status") or {}).get("conditions"):
+            self._call(
+                "PATCH",
+                f"/api/v1/nodes/{name}/status",
+                {"status": manifest["status"]},
+                "application/merge-patch+json",
+            )
+        if (created.get("spec") or {}).get("taints"):
+            self._call(
+                "PATCH", f"/api/v1/nodes/{name}", {"spec": {"taints": None}}, "application/merge-patch+json"
+            )
+
+    def create_namespace(self, name: str) -> None:
+        """The namespace and its default ServiceAccount (a real API server's controller manager
+        would make that one); either already there is fine."""
+        for path, body in (
+            ("/api/v1/namespaces", {"metadata": {"name": name}}),
+            (f"/api/v1/namespaces/{name}/serviceaccounts", {"metadata": {"name": "default"}}),
+        ):
+            try:
+                self._call("POST", path, body)
+            except HttpError as error:
+                if "HTTP 409" not in str(error):
+                    raise
 
     def create_pod(self, manifest: Json) -> Json:
         namespace = manifest["metadata"]["namespace"]
@@ -297,7 +413,7 @@ class PodObserver:
 
     def _watch(self) -> None:
         path = f"/api/v1/namespaces/{self.namespace}/pods"
-        connection = _Connection(self.driver.url, timeout=30)
+        connection = self.driver.connection(timeout=30)
         version = ""
         try:
             while not self._stop.is_set():

@@ -151,7 +151,7 @@ class CpuSample:
     main_thread: float  # asyncio loop: workflow and activity code, watchers, kube/Slurm clients
     sdk_core: float  # Temporal SDK core (Rust): gRPC, polling, history handling
     server: float | None  # the Temporal dev server
-    kube: float | None  # the fake Kubernetes API (its own process)
+    kube: float | None  # the Kubernetes API server (the fake's process, or kube-apiserver + etcd)
     slurmctld: float | None
     slurmrestd: float | None
     machine: float  # every process on the box, ours and everyone else's
@@ -161,7 +161,7 @@ class CpuSample:
     def take(
         cls,
         server: int | None,
-        kube: int | None,
+        kube: Sequence[int],
         slurmctld: int | None,
         slurmrestd: int | None,
         followers: Sequence[int] = (),
@@ -173,7 +173,7 @@ class CpuSample:
             main_thread=main,
             sdk_core=sdk,
             server=cpu_seconds(server),
-            kube=cpu_seconds(kube),
+            kube=_sum_cpu(kube),
             slurmctld=cpu_seconds(slurmctld),
             slurmrestd=cpu_seconds(slurmrestd),
             machine=machine_busy_seconds(),

@@ -93,6 +93,12 @@ def parse(argv: Sequence[str] | None) -> Options:
         help="worker processes beside the benchmark's, followers under leader election (replicas - 1)",
     )
     p.add_argument(
+        "--kube",
+        choices=("fake", "real"),
+        default="fake",
+        help="the API server: the in-repo fake, or the real kube-apiserver v1.28 + etcd (testbed/kube_real)",
+    )
+    p.add_argument(
         "--follower", dest="followers", action="store_const", const=1, help="the same as --followers 1"
     )
     p.add_argument(
@@ -145,6 +151,7 @@ def parse(argv: Sequence[str] | None) -> Options:
         timeout=a.timeout if a.timeout is not None else (3600 if site else 900 if pending else 300),
         json_path=a.json_path,
         followers=a.followers,
+        kube=a.kube,
     )
 
 

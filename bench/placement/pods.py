@@ -14,7 +14,7 @@ from typing import Any
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.service import RPCError, RPCStatusCode
 
-from bench.kube import CountingKube, KubeDriver, KubeProcess, PodTimes, pod_manifest
+from bench.kube import CountingKube, KubeDriver, KubeProcess, PodTimes, RealKube, pod_manifest
 from bench.placement.results import Options, Results
 from bench.probes import CpuSample, Samples, scrape, split_history, step_durations
 from bench.slurm import ActivitySlurm, WatcherSlurm
@@ -30,7 +30,7 @@ class PodDriver:
     loop: asyncio.AbstractEventLoop
     _background: set[asyncio.Future[Any]]
     metrics_url: str
-    kube_process: KubeProcess
+    kube_process: KubeProcess | RealKube
     kube: KubeDriver
     temporal: Client
     server_pid: int | None
@@ -221,7 +221,7 @@ class PodDriver:
     def cpu(self) -> CpuSample:
         return CpuSample.take(
             self.server_pid,
-            self.kube_process.pid,
+            self.kube_process.pids,
             self.slurmctld_pid,
             self.slurmrestd_pid,
             self.follower_pids,

@@ -52,7 +52,11 @@ def report(r: Results) -> str:
         f"{r.activity_slots} activity slots, {r.cache_size} cached workflows); "
         "dev server with in-memory SQLite;"
     )
-    add("              fake Kubernetes API in its own process")
+    add(
+        "              real kube-apiserver v1.28 + etcd in processes of their own"
+        if o.kube == "real"
+        else "              fake Kubernetes API in its own process"
+    )
     add(
         f"  Slurm       {r.slurm_jobs_at_start if r.slurm_jobs_at_start is not None else '?'} jobs in "
         f"slurmctld at the start, {o.foreign_jobs} of them the run's foreign jobs (another user's, held)"

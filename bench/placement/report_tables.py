@@ -20,7 +20,7 @@ CPU_ROWS = (
     ("  Temporal SDK core threads", "sdk_core"),
     ("  other threads (bench driver)", "other_threads"),
     ("Temporal dev server", "server"),
-    ("fake Kubernetes API (own process)", "kube"),
+    ("Kubernetes API (own processes)", "kube"),
     ("slurmctld (shared with others)", "slurmctld"),
     ("slurmrestd (shared with others)", "slurmrestd"),
     ("follower replicas (own processes)", "follower"),

@@ -34,6 +34,7 @@ class Options:
     timeout: float
     json_path: str | None
     followers: int = 0  # worker processes beside the in-process one (the leader), following it
+    kube: str = "fake"  # the API server: "fake" (testbed/kube_fake) or "real" (kube-apiserver + etcd)
 
 
 @dataclass

@@ -15,7 +15,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from bench.kube import CountingKube, KubeDriver, KubeProcess, PodObserver
+from bench.kube import CountingKube, KubeDriver, KubeProcess, PodObserver, RealKube
 from bench.placement.environment import TEMPORAL_CLI, count_slurm_jobs, environment
 from bench.placement.results import Results
 from bench.placement.site import SiteScenario
@@ -72,11 +72,21 @@ class Bench(SiteScenario):
         self.metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
         async with contextlib.AsyncExitStack() as stack:
             tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-")))
-            kubeconfig = tmp / "kubeconfig"
-            self.kube_process = KubeProcess(kubeconfig, tmp / "kube_fake.log")
-            await asyncio.to_thread(self.kube_process.start)
-            stack.callback(self.kube_process.stop)
-            self.kube = KubeDriver(self.kube_process.url)
+            if o.kube == "real":
+                real = RealKube()
+                self.kube_process = real
+                await asyncio.to_thread(real.start)
+                stack.callback(real.stop)
+                kubeconfig = real.kubeconfig
+                self.kube = KubeDriver(real.endpoint)
+                await asyncio.to_thread(self.kube.create_namespace, self.namespace)
+            else:
+                kubeconfig = tmp / "kubeconfig"
+                fake = KubeProcess(kubeconfig, tmp / "kube_fake.log")
+                self.kube_process = fake
+                await asyncio.to_thread(fake.start)
+                stack.callback(fake.stop)
+                self.kube = KubeDriver(fake.endpoint)
             nodes = [(n, self.partition.cpus, self.partition.memory_mb) for n in self.partition.node_names]
             if self.spare is not None:
                 nodes += [(n, self.spare.cpus, self.spare.memory_mb) for n in self.spare.node_names]

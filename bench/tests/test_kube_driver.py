@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from bench.kube import HttpError, KubeDriver, PodObserver, PodTimes, _Connection, pod_manifest
+from bench.kube import Endpoint, HttpError, KubeDriver, PodObserver, PodTimes, _Connection, pod_manifest
 from bridge import keys
 from testbed.kube_fake import FakeKubeServer
 
@@ -84,7 +84,7 @@ def test_a_watch_from_an_expired_version_is_counted_lost_and_the_next_request_an
     driver.set_phase(NAMESPACE, "p-1", "Running")
     fake.compact_history()
     observer = PodObserver(driver, NAMESPACE, {}, lambda name, what: None)
-    connection = _Connection(fake.url, timeout=10)
+    connection = _Connection(Endpoint(fake.url), timeout=10)
     path = f"/api/v1/namespaces/{NAMESPACE}/pods"
     assert observer._follow(connection, path, "1") == ""  # 410 Gone: list again
     assert observer.lost == 1
