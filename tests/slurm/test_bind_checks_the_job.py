@@ -90,3 +90,38 @@ async def test_pods_an_earlier_attempt_bound_stay_bound_after_their_job_ended(
 
     assert not retry.job.running
     assert (retry.slurm_nodes, retry.nodes) == ([node], [node])
+
+
+async def test_the_nodes_pods_are_listed_from_the_api_servers_cache(
+    steps: tuple[FakeKubeServer, PlacementActivities],
+    slurm_client: SlurmClient,
+    slurm_partition: MakePartition,
+) -> None:
+    """Every bind lists the pods on its nodes (those of an ended job may still hold one). Without
+    resourceVersion=0 that list is a consistent read, which kube-apiserver answers by reading
+    every pod in etcd: on the real API server at 10,000 pods, binds took seconds."""
+    kube, activities = steps
+    partition = slurm_partition()
+    (node,) = partition.node_names[:1]
+    kube.create_node(node)
+    pod = kube.create_object("pods", pod_body("p"), "default")
+    ref = PodRef(namespace="default", name="p", uid=pod["metadata"]["uid"])
+    job_id = await slurm_client.submit_job(
+        external_job(partition.name, comment=OURS, admin_comment=admin_comment_for([ref.key]))
+    )
+    await wait_for_job(slurm_client, job_id, lambda job: "RUNNING" in (job.job_state or []), "running")
+    kube.clear_requests()
+
+    result = await activities.bind(BindInput(pods=[ref], job_id=job_id, placement_id=OURS))
+
+    assert result.nodes == [node]
+    listings = [
+        r.query
+        for r in kube.requests
+        if r.method == "GET"
+        and r.path == "/api/v1/pods"
+        and "spec.nodeName" in r.query.get("fieldSelector", "")
+    ]
+    assert listings, "bind did not look at the node's pods"
+    assert all(query.get("resourceVersion") == "0" for query in listings), listings
+    await slurm_client.cancel_job(job_id)
