@@ -102,13 +102,18 @@ class _Connection:
     ) -> http.client.HTTPResponse:
         """Send a request; the response must be read (or closed) before the next one."""
         headers = {**self._headers, **({"Content-Type": content_type} if body is not None else {})}
-        try:
-            conn = self._open()
-            conn.request(method, path, body=body, headers=headers)
-            return conn.getresponse()
-        except (OSError, http.client.HTTPException) as error:
-            self.close()  # a connection the server closed: the next request opens a new one
-            raise HttpError(f"{method} {path}: {type(error).__name__}: {error}") from error
+        # A kept-alive connection the server closed while it lay idle (kube-apiserver does, after
+        # a while) fails at once: asked again on a new one. A new connection's failure is told.
+        for fresh in (self._conn is None, True):
+            try:
+                conn = self._open()
+                conn.request(method, path, body=body, headers=headers)
+                return conn.getresponse()
+            except (OSError, http.client.HTTPException) as error:
+                self.close()
+                if fresh:
+                    raise HttpError(f"{method} {path}: {type(error).__name__}: {error}") from error
+        raise AssertionError("unreachable: the second try is on a new connection")
 
     def call(
         self, method: str, path: str, body: Json | None = None, content_type: str = "application/json"

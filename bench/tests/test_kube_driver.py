@@ -4,6 +4,7 @@ The benchmark's figures are only as good as these stamps: a pod the observer mis
 kubelet write that never lands, would show as a slow bridge.
 """
 
+import http.server
 import queue
 import threading
 from collections.abc import Iterator
@@ -90,3 +91,37 @@ def test_a_watch_from_an_expired_version_is_counted_lost_and_the_next_request_an
     assert observer.lost == 1
     assert connection.call("GET", path)["items"]  # not read as the rest of the stream
     connection.close()
+
+
+def test_a_connection_the_server_closed_while_idle_is_opened_again() -> None:
+    """kube-apiserver closes a kept-alive connection that lay idle: the site run of 2026-11-27
+    on the real API server died on the first pod created after a long fill (SSLEOFError)."""
+    served: list[str] = []
+
+    class ClosingAfterEach(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            served.append(self.path)
+            body = b"{}"
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            self.close_connection = True  # and says nothing: as an idle timeout would
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), ClosingAfterEach)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        connection = _Connection(Endpoint(f"http://127.0.0.1:{server.server_address[1]}"), timeout=10)
+        assert connection.call("GET", "/first") == {}
+        assert connection.call("GET", "/second") == {}
+        connection.close()
+    finally:
+        server.shutdown()
+    assert served == ["/first", "/second"]
