@@ -33,10 +33,9 @@ from pathlib import Path
 from activities.slurm import SlurmActivities
 from bench.placement.environment import connect_slurm, count_slurm_jobs
 from bench.probes import memory_kb
-from bridge.keys import EXTERNAL_JOB_FLAG
-from bridge.models import JobDescription, NoValNumber, admin_comment_for
 from clients.slurm_client import SlurmClient
 from clients.slurm_errors import SlurmError
+from testbed.placement_jobs import one_pod_job, placement_id
 from testbed.slurm_bed import SlurmTestBed
 
 log = logging.getLogger("bench.recovery")
@@ -55,21 +54,6 @@ class RecoveryFigures:
     slurmrestd_peak_mib: float
 
 
-def _job(partition: str, pod: str) -> JobDescription:
-    return JobDescription(
-        name=pod,
-        flags=[EXTERNAL_JOB_FLAG],
-        admin_comment=admin_comment_for([pod]),
-        partition=partition,
-        nodes="1",
-        minimum_nodes=1,
-        maximum_nodes=1,
-        cpus_per_task=1,
-        memory_per_node=NoValNumber(number=256),
-        time_limit=NoValNumber(number=60),
-    )
-
-
 async def measure(bed: SlurmTestBed, partition: str, recoveries: int, foreign_jobs: int) -> RecoveryFigures:
     restd = bed.extra_slurmrestd()
     outcomes: Counter[str] = Counter()
@@ -86,28 +70,27 @@ async def measure(bed: SlurmTestBed, partition: str, recoveries: int, foreign_jo
         ) as client:
             activities = SlurmActivities(client)
             token = secrets.token_hex(4)
-            jobs = {
-                f"placement/bench-recovery/ns-{token}/pod-{i}/uid-{token}@gen-{token}": _job(
-                    partition, f"ns-{token}/pod-{i}"
-                )
-                for i in range(recoveries)
-            }
-            for placement_id, job in jobs.items():
-                first = await activities.submit_once(job, placement_id, since=0, recovery=False)
-                submitted[placement_id] = first.job_id
+            pods = [f"ns-{token}/pod-{i}" for i in range(recoveries)]
+            jobs = {placement_id("bench-recovery", pod, token): one_pod_job(partition, pod) for pod in pods}
+            for placement, job in jobs.items():
+                first = await activities.submit_once(job, placement, since=0, recovery=False)
+                submitted[placement] = first.job_id
             held = count_slurm_jobs(bed)
             before = (memory_kb(pid) or 0) / 1024
             started = time.perf_counter()
             results = await asyncio.gather(
-                *(activities.submit_once(job, pid_, since=0, recovery=True) for pid_, job in jobs.items()),
+                *(
+                    activities.submit_once(job, placement, since=0, recovery=True)
+                    for placement, job in jobs.items()
+                ),
                 return_exceptions=True,
             )
             seconds = time.perf_counter() - started
             peak = (memory_kb(pid, "VmHWM") or 0) / 1024
             found = sum(
                 1
-                for placement_id, outcome in zip(jobs, results, strict=True)
-                if not isinstance(outcome, BaseException) and outcome.job_id == submitted[placement_id]
+                for placement, outcome in zip(jobs, results, strict=True)
+                if not isinstance(outcome, BaseException) and outcome.job_id == submitted[placement]
             )
             failed = sum(1 for outcome in results if isinstance(outcome, BaseException))
             for outcome in results:

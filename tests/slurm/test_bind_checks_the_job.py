@@ -34,6 +34,22 @@ async def steps(slurm_client: SlurmClient) -> AsyncIterator[tuple[FakeKubeServer
         await client.close()
 
 
+async def running_pod_job(
+    kube: FakeKubeServer, slurm_client: SlurmClient, slurm_partition: MakePartition
+) -> tuple[str, PodRef, int]:
+    """A node, a pod `default/p` and this placement's job, RUNNING on that node."""
+    partition = slurm_partition()
+    (node,) = partition.node_names[:1]
+    kube.create_node(node)
+    pod = kube.create_object("pods", pod_body("p"), "default")
+    ref = PodRef(namespace="default", name="p", uid=pod["metadata"]["uid"])
+    job_id = await slurm_client.submit_job(
+        external_job(partition.name, comment=OURS, admin_comment=admin_comment_for([ref.key]))
+    )
+    await wait_for_job(slurm_client, job_id, lambda job: "RUNNING" in (job.job_state or []), "running")
+    return node, ref, job_id
+
+
 @pytest.mark.parametrize("comment", [OURS, ANOTHER])
 async def test_a_running_job_is_bound_only_when_its_comment_names_the_placement(
     steps: tuple[FakeKubeServer, PlacementActivities],
@@ -72,15 +88,7 @@ async def test_pods_an_earlier_attempt_bound_stay_bound_after_their_job_ended(
     server shuts down). If the job ends before the retry, the retry must report the pods bound,
     so the placement evicts them with the job's reason instead of calling them never placed."""
     kube, activities = steps
-    partition = slurm_partition()
-    (node,) = partition.node_names[:1]
-    kube.create_node(node)
-    pod = kube.create_object("pods", pod_body("p"), "default")
-    ref = PodRef(namespace="default", name="p", uid=pod["metadata"]["uid"])
-    job_id = await slurm_client.submit_job(
-        external_job(partition.name, comment=OURS, admin_comment=admin_comment_for([ref.key]))
-    )
-    await wait_for_job(slurm_client, job_id, lambda job: "RUNNING" in (job.job_state or []), "running")
+    node, ref, job_id = await running_pod_job(kube, slurm_client, slurm_partition)
     first = await activities.bind(BindInput(pods=[ref], job_id=job_id, placement_id=OURS))
     assert first.nodes == [node]
 
@@ -101,15 +109,7 @@ async def test_the_nodes_pods_are_listed_from_the_api_servers_cache(
     resourceVersion=0 that list is a consistent read, which kube-apiserver answers by reading
     every pod in etcd: on the real API server at 10,000 pods, binds took seconds."""
     kube, activities = steps
-    partition = slurm_partition()
-    (node,) = partition.node_names[:1]
-    kube.create_node(node)
-    pod = kube.create_object("pods", pod_body("p"), "default")
-    ref = PodRef(namespace="default", name="p", uid=pod["metadata"]["uid"])
-    job_id = await slurm_client.submit_job(
-        external_job(partition.name, comment=OURS, admin_comment=admin_comment_for([ref.key]))
-    )
-    await wait_for_job(slurm_client, job_id, lambda job: "RUNNING" in (job.job_state or []), "running")
+    node, ref, job_id = await running_pod_job(kube, slurm_client, slurm_partition)
     kube.clear_requests()
 
     result = await activities.bind(BindInput(pods=[ref], job_id=job_id, placement_id=OURS))

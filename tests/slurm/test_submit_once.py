@@ -9,9 +9,8 @@ from collections.abc import AsyncIterator
 import pytest
 
 from activities.slurm import SlurmActivities
-from bridge.keys import EXTERNAL_JOB_FLAG
-from bridge.models import JobDescription, NoValNumber, admin_comment_for
 from clients.slurm_client import SlurmClient
+from testbed.placement_jobs import one_pod_job, placement_id
 from testbed.slurm_bed import SlurmTestBed
 from tests.slurm.conftest import MakePartition
 
@@ -30,21 +29,6 @@ async def observed(slurm_bed: SlurmTestBed) -> AsyncIterator[tuple[SlurmClient, 
         yield client, operations
 
 
-def description(partition: str, pod: str) -> JobDescription:
-    return JobDescription(
-        name=pod,
-        flags=[EXTERNAL_JOB_FLAG],
-        admin_comment=admin_comment_for([pod]),
-        partition=partition,
-        nodes="1",
-        minimum_nodes=1,
-        maximum_nodes=1,
-        cpus_per_task=1,
-        memory_per_node=NoValNumber(number=256),
-        time_limit=NoValNumber(number=60),
-    )
-
-
 async def test_first_attempt_submits_without_listing_and_recovery_adopts(
     observed: tuple[SlurmClient, list[str]], slurm_partition: MakePartition
 ) -> None:
@@ -53,21 +37,21 @@ async def test_first_attempt_submits_without_listing_and_recovery_adopts(
     activities = SlurmActivities(client)
     token = secrets.token_hex(4)
     pod = f"ns-{token}/pod"
-    placement_id = f"placement/submit-test/{pod}/uid-{token}@gen-{token}"
-    job = description(partition.name, pod)
+    placement = placement_id("submit-test", pod, token)
+    job = one_pod_job(partition.name, pod)
     since = 0
 
-    first = await activities.submit_once(job, placement_id, since=since, recovery=False)
+    first = await activities.submit_once(job, placement, since=since, recovery=False)
 
     assert first.created
     assert operations == ["POST /job/submit"]  # no listing on the normal path
     assert activities.recovery_listings == 0
     submitted = await client.get_job(first.job_id)
-    assert submitted.comment == placement_id
+    assert submitted.comment == placement
 
     # A retried attempt (or a reset, an operator retry) finds the job instead of submitting again.
     operations.clear()
-    again = await activities.submit_once(job, placement_id, since=since, recovery=True)
+    again = await activities.submit_once(job, placement, since=since, recovery=True)
 
     assert (again.job_id, again.created) == (first.job_id, False)
     assert operations == ["GET /jobs/"]
@@ -76,7 +60,7 @@ async def test_first_attempt_submits_without_listing_and_recovery_adopts(
     # Recovering when nothing was submitted (or the job is over): submits.
     await client.cancel_job(first.job_id)
     operations.clear()
-    fresh = await activities.submit_once(job, placement_id, since=since, recovery=True)
+    fresh = await activities.submit_once(job, placement, since=since, recovery=True)
 
     assert fresh.created
     assert fresh.job_id != first.job_id
@@ -93,27 +77,23 @@ async def test_recoveries_at_once_share_their_listings_and_each_finds_its_job(
     partition = slurm_partition()
     activities = SlurmActivities(client)
     token = secrets.token_hex(4)
-    placements = {
-        f"placement/submit-test/ns-{token}/pod-{i}/uid-{token}@gen-{token}": description(
-            partition.name, f"ns-{token}/pod-{i}"
-        )
-        for i in range(6)
-    }
+    pods = [f"ns-{token}/pod-{i}" for i in range(6)]
+    placements = {placement_id("submit-test", pod, token): one_pod_job(partition.name, pod) for pod in pods}
     # Their submissions reached Slurm, but the answers were lost.
     submitted = {
-        placement_id: (await activities.submit_once(job, placement_id, since=0, recovery=False)).job_id
-        for placement_id, job in placements.items()
+        placement: (await activities.submit_once(job, placement, since=0, recovery=False)).job_id
+        for placement, job in placements.items()
     }
     operations.clear()
 
     recovered = await asyncio.gather(
         *(
-            activities.submit_once(job, placement_id, since=0, recovery=True)
-            for placement_id, job in placements.items()
+            activities.submit_once(job, placement, since=0, recovery=True)
+            for placement, job in placements.items()
         )
     )
 
-    found = {placement_id: r.job_id for placement_id, r in zip(placements, recovered, strict=True)}
+    found = {placement: r.job_id for placement, r in zip(placements, recovered, strict=True)}
     assert found == submitted
     assert not any(r.created for r in recovered)
     # The first listing, and one for all who asked while it ran: never one per recovery.
