@@ -9,11 +9,15 @@ tests/unit/test_placement_failures.py (`placement-reset-pods-finished.json`) and
 continued while no node fitted by tests/unit/test_long_lives.py
 (`placement-continued-unschedulable.json`: it prepares again, submits, binds, ends). Replaying
 them with today's code fails with a NondeterminismError when a change alters the commands
-an existing history expects. While the project is 0.x such a change records the histories
+an existing history expects. Replay compares the commands, not their attributes: that the
+histories are today's placements (the steps' attempt timeouts as the workflow asks for them
+now) is checked on its own. While the project is 0.x such a change records the histories
 again; from the first release on it ships behind `workflow.patched()` or as a new type
 (docs/architecture.md, "Workflow versioning").
 """
 
+import json
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -25,7 +29,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from bridge import keys
 from worker.main import unsandboxed_runner
-from workflows.placement import PlacementWorkflow
+from workflows.placement import ATTEMPT_TIMEOUT, SUBMISSION_ATTEMPT_TIMEOUT, PlacementWorkflow
 
 HISTORIES = Path(__file__).parent.parent / "histories"
 
@@ -43,6 +47,26 @@ async def test_recorded_placements_replay_with_the_current_workflow(sandbox_ever
         history = WorkflowHistory.from_json(file.stem, file.read_text())
         result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
         assert result.replay_failure is None, f"{file.name}: {result.replay_failure}"
+
+
+def _seconds(duration: str) -> timedelta:
+    return timedelta(seconds=float(duration.removesuffix("s")))
+
+
+def test_the_golden_histories_are_todays_placements() -> None:
+    """A step's attempt timeout changes no command, so replay passes on a stale history: each
+    step's attempt timeout in the histories must be the one the workflow asks for today
+    (its own, capped by the step's bound)."""
+    attempt_timeouts = {"prepare_and_submit": SUBMISSION_ATTEMPT_TIMEOUT, "release": ATTEMPT_TIMEOUT}
+    for file in sorted(HISTORIES.glob("*.json")):
+        for event in json.loads(file.read_text())["events"]:
+            scheduled = event.get("activityTaskScheduledEventAttributes")
+            if scheduled is None or scheduled["activityType"]["name"] not in attempt_timeouts:
+                continue
+            step = scheduled["activityType"]["name"]
+            wanted = min(attempt_timeouts[step], _seconds(scheduled["scheduleToCloseTimeout"]))
+            recorded = _seconds(scheduled["startToCloseTimeout"])
+            assert recorded == wanted, f"{file.name}: {step} attempt {recorded}, today {wanted}: record again"
 
 
 def test_one_placement_type_named_like_its_class() -> None:
