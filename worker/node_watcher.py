@@ -77,6 +77,10 @@ class NodeWatcher:
         self.wakes = 0  # unschedulable placements told that nodes changed
         self._signature: dict[str, str] = {}
         self._rules: dict[str, str] = {}
+        # The nodes whose changes the latest pass answered, and those changed since: on a shared
+        # cluster, which passes were for which nodes (the log's and a test's question).
+        self.last_burst: frozenset[str] = frozenset()
+        self._burst: set[str] = set()
         self._sync_due = False
         self._changed = asyncio.Event()
         self._missing_logged = False
@@ -98,6 +102,7 @@ class NodeWatcher:
             else:
                 self._signature[name] = signature
             self._sync_due = True
+            self._burst.add(name)
             self._changed.set()
         # What a pod's node rules look at (any label or taint, cordon, Ready) matters to
         # placements even where node sync has nothing to do.
@@ -107,6 +112,7 @@ class NodeWatcher:
                 self._rules.pop(name, None)
             else:
                 self._rules[name] = rules
+            self._burst.add(name)
             self._changed.set()
 
     def _on_synced(self, names: frozenset[str]) -> None:
@@ -118,6 +124,7 @@ class NodeWatcher:
         if gone or not self.synced.is_set():
             # The first list always triggers: whatever changed while no worker ran.
             self._sync_due = True
+            self._burst.update(gone if self.synced.is_set() else names)
             self._changed.set()
 
     async def _trigger_loop(self) -> None:
@@ -126,6 +133,8 @@ class NodeWatcher:
             await asyncio.sleep(self.debounce)  # coalesce a burst of changes into one run
             self._changed.clear()
             sync_due, self._sync_due = self._sync_due, False
+            self.last_burst, self._burst = frozenset(self._burst), set()
+            log.debug("a pass for changes on %d nodes", len(self.last_burst))
             try:
                 if sync_due:
                     await self._trigger()
@@ -135,6 +144,7 @@ class NodeWatcher:
             except Exception as error:  # Temporal unreachable, say: this loop must outlive it
                 log.warning("could not trigger node sync (schedule %s): %s", self.schedule_id, error)
                 self._sync_due = self._sync_due or sync_due
+                self._burst |= self.last_burst
                 self._changed.set()  # the change still needs a run
                 await asyncio.sleep(5)
 
