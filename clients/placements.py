@@ -29,16 +29,18 @@ async def start_placement(
     summary: str,
     pod: PodRef | None = None,
     job_id: int | None = None,
-    eager: bool = False,
 ) -> WorkflowHandle[Any, Any]:
     """Start a new run of the placement `workflow_id`; WorkflowAlreadyStartedError while one runs.
 
     A closed run of the same id may be followed by a new one (the group's next generation, or
     the sweep's adoption of a job its last run left). `pod`: the pod the UI names (the request's
     first by default); `job_id`: the Slurm job the run takes over, shown from its first moment.
-    `eager`: the caller runs beside a worker of this task queue on the same client, so the
-    server may hand the first workflow task back in the start's answer (one task-queue round
-    trip less); without a free local slot it is an ordinary start.
+
+    Never an eager start, although the pod watcher runs beside a worker of this task queue: the
+    first task would run in the pod watcher's replica, and Temporal keeps a workflow's later
+    tasks (and `bind` in them) on the worker that ran its last, so every placement would stay in
+    the leader while the other replicas idle. From the task queue, the first task goes to
+    whichever replica polls first, and the placement stays there.
     """
     first = pod or request.pods[0]
     attributes: list[SearchAttributePair[Any]] = [
@@ -59,5 +61,4 @@ async def start_placement(
         id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
         search_attributes=TypedSearchAttributes(attributes),
         static_summary=summary,
-        request_eager_start=eager,
     )

@@ -377,7 +377,6 @@ async def start_placement_workflow(
     )
     for _ in range(START_ATTEMPTS):
         try:
-            # The pod watcher runs beside a worker of this task queue on the same client: eager.
             return await start_placement(
                 temporal,
                 wid,
@@ -385,7 +384,6 @@ async def start_placement_workflow(
                 task_queue=task_queue,
                 summary=f"place {group.kind} {group.name} with Slurm" + (" (retry)" if retry else ""),
                 pod=pod,
-                eager=True,
             )
         except WorkflowAlreadyStartedError:
             pass

@@ -1,12 +1,11 @@
 """How many placements the pod watcher has started that have not claimed their pods yet.
 
-A placement's first workflow task waits in Temporal's task queue (a start is eager only while the
-worker has a free workflow slot), and so does the task that binds a pod whose Slurm job started:
-in a burst of 1,000 new pods the placements already running waited behind the 1,000 new ones'
-first tasks (signal -> its task started 6 s p50, 52 s p99). So the pod watcher starts at most
-`limit` placements ahead of their claim (their first activity, which waits for an activity slot
-of its own; the worker allows twice its activity slots); the next start waits, first come first
-served, for one of them to claim its pods.
+A placement's first workflow task waits in Temporal's task queue, and so does the task that binds
+a pod whose Slurm job started: in a burst of 1,000 new pods the placements already running waited
+behind the 1,000 new ones' first tasks (signal -> its task started 6 s p50, 52 s p99). So the pod
+watcher starts at most `limit` placements ahead of their claim (their first activity, which waits
+for an activity slot of its own; the worker allows twice its activity slots); the next start
+waits, first come first served, for one of them to claim its pods.
 
 A placement that never claims (a group waiting for its other pods, a worker that lost the task)
 lets its room go after `hold_seconds`, so a start never waits for ever: at worst `limit` starts

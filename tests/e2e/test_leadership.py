@@ -11,6 +11,7 @@ no replica leads. Readiness (/readyz) follows the Lease and Kubernetes.
 
 import asyncio
 import contextlib
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
+from bridge import keys
 from clients.kube_client import KubeClient, load_configuration
 from testbed.waiting import until
 from tests.e2e.conftest import StackFactory
@@ -49,6 +51,8 @@ async def replica(stack: Stack) -> AsyncIterator[Running]:
         stack.temporal.service_client.config.target_host,
         namespace=stack.temporal.namespace,
         data_converter=stack.temporal.data_converter,
+        # Its own name in the histories (the default, pid@host, is the same for every replica here).
+        identity=f"replica-{uuid.uuid4().hex[:8]}",
     )
     bridge = Bridge(temporal, kube, slurm, stack.settings, sandbox_every_workflow=True)
     running = Running(bridge, asyncio.create_task(bridge.run()))
@@ -104,6 +108,37 @@ async def test_one_leader_watches_and_another_takes_over(make_stack: StackFactor
     assert sorted(j["job_id"] for j in jobs) == sorted([job_id_of(before) or 0, job_id_of(during) or 0])
     bindings = [r for r in stack.fake.requests if r.method == "POST" and r.path.endswith("/binding")]
     assert sorted(r.path.split("/")[-2] for r in bindings) == ["before", "during"]
+
+
+async def test_the_placements_the_leader_starts_run_on_the_standby_too(make_stack: StackFactory) -> None:
+    """The leader's pod watcher starts every placement, through the task queue: an eager start
+    runs the first workflow task on the starter's own worker, and Temporal keeps a workflow's
+    later tasks (the bind among them) on the worker that ran its last, so the standby would run
+    none of them."""
+    stack = await make_stack(
+        nodes=3, cpus=4, bridge=False, leader_election=True, lease_namespace="default", **TIMINGS
+    )
+    names = [f"p{i}" for i in range(12)]  # one CPU each, sharing nodes: all run at once
+    async with replica(stack) as first, replica(stack) as second:
+        leader = await leader_among(first, second)
+        standby = second if leader is first else first
+        for name in names:
+            stack.create_pod(name, annotations={keys.SLURMJOB_PREFIX + "exclusive": "false"})
+        pods = [await stack.wait_pod(name, bound) for name in names]
+        assert standby.bridge.pod_watcher.starts == 0
+        ran_first: list[str] = []  # who ran each placement's first workflow task
+        for pod in pods:
+            async for event in stack.handle(pod).fetch_history_events():
+                if event.HasField("workflow_task_started_event_attributes"):
+                    ran_first.append(event.workflow_task_started_event_attributes.identity)
+                    break
+        # Twelve tasks that either replica's pollers may take: the standby's share is not zero
+        # unless all twelve went one way (1 in 4,096 were the two equally quick to take them).
+        assert standby.bridge.temporal.identity in ran_first, ran_first
+        for name in names:
+            stack.kube.set_pod_phase(stack.namespace, name, "Succeeded")
+        for name in names:
+            await stack.wait_pod(name, finished_cleanly)
 
 
 async def test_a_job_that_starts_while_no_replica_leads_is_bound_by_the_next_leader(
