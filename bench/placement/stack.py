@@ -24,7 +24,7 @@ from bench.slurm import ActivitySlurm, WatcherSlurm
 from bridge import search_attributes as sa
 from clients.kube_client import load_configuration
 from testbed.worker_env import settings_env, stop_process
-from worker.main import Bridge
+from worker.main import Bridge, prefer_the_event_loop
 from worker.schedules import NODE_SYNC_SCHEDULE_ID, node_sync_schedule
 from worker.settings import WorkerSettings, load_settings
 
@@ -141,6 +141,7 @@ class Bench(SiteScenario):
             stack.push_async_callback(self.watcher_slurm.close)
             self.kube_client = CountingKube(await load_configuration(str(kubeconfig)))
             stack.push_async_callback(self.kube_client.close)
+            prefer_the_event_loop()  # as the worker process does
             bridge = Bridge(self.temporal, self.kube_client, self.activity_slurm, settings)
             bridge.job_watcher.slurm = self.watcher_slurm  # its own connection and counters
             self.job_watcher = bridge.job_watcher  # its passes, counted by itself
