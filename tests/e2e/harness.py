@@ -185,6 +185,14 @@ class Stack:
         assert found is not None
         return found[0]
 
+    async def finish(self, *names: str) -> None:
+        """The pods end (Succeeded, as a kubelet reports it); until their placements have cancelled
+        the jobs and let go of the pods."""
+        for name in names:
+            self.kube.set_pod_phase(self.namespace, name, "Succeeded")
+        for name in names:
+            await self.wait_pod(name, finished_cleanly)
+
     def events(self, name: str) -> list[dict[str, Any]]:
         return [
             e

@@ -32,7 +32,7 @@ from activities.placement import SIZED_BY_LARGEST_POD
 from bridge import hostlist, keys
 from bridge.models import ENDED_JOB_STATES
 from tests.e2e.conftest import ON_REAL_KUBE, StackFactory
-from tests.e2e.harness import Pod, Stack, bound, finished_cleanly, job_id_of, make_pod, unique
+from tests.e2e.harness import Pod, Stack, bound, job_id_of, make_pod, unique
 from tests.e2e.test_recovery import bound_again, reset_to_first_task
 from tests.e2e.test_sweep import sweep
 from workflows.placement import PlacementWorkflow
@@ -84,13 +84,6 @@ def workflow_id(stack: Stack, group: Json) -> str:
 
 def placement(stack: Stack, group: Json) -> Any:
     return stack.temporal.get_workflow_handle_for(PlacementWorkflow.run, workflow_id(stack, group))
-
-
-async def finish(stack: Stack, names: list[str]) -> None:
-    for name in names:
-        stack.kube.set_pod_phase(stack.namespace, name, "Succeeded")
-    for name in names:
-        await stack.wait_pod(name, finished_cleanly)
 
 
 def pending_for(reason: str) -> Any:
@@ -221,7 +214,7 @@ async def test_a_mixed_gpu_and_cpu_pod_group_holds_exactly_the_gpus_its_gpu_pods
         [event] = told(stack, name, "SlurmJobSubmitted")
         assert event["message"] == f"{message} of 2 components: 2 + 2 pods"
         assert not told(stack, name, SIZED_BY_LARGEST_POD)
-    await finish(stack, names)
+    await stack.finish(*names)
     assert (await placement(stack, group).result()).phase == "Done"
 
 
@@ -246,7 +239,7 @@ async def test_a_mixed_group_whose_cpu_only_pods_sort_first_starts_too(make_stac
     assert each_on_its_component(stack, [gpu_part, cpu_part]) == ["b-gpu-0", "b-gpu-1", "a-io-0", "a-io-1"]
     assert sorted(bound(placed[n]) or "" for n in ("b-gpu-0", "b-gpu-1")) == gpu_nodes
     assert sorted(bound(placed[n]) or "" for n in ("a-io-0", "a-io-1")) == cpu_nodes
-    await finish(stack, names)
+    await stack.finish(*names)
     assert (await placement(stack, group).result()).phase == "Done"
 
 
@@ -279,7 +272,7 @@ async def test_a_group_that_fits_only_sized_per_pod_starts_and_sized_by_its_larg
     assert reserved([big, small]) == (4 + 1 + 1, 3 * 256)  # what the pods asked, no more
     for name in names:
         assert not told(stack, name, SIZED_BY_LARGEST_POD)
-    await finish(stack, names)
+    await stack.finish(*names)
     assert (await placement(stack, exact).result()).phase == "Done"
     assert all(ended(c) for c in await components_of(stack, job_id))
 
@@ -307,11 +300,11 @@ async def test_a_group_that_fits_only_sized_per_pod_starts_and_sized_by_its_larg
         assert event["message"] == f"Slurm job {waiting_id} is pending: Resources"
 
     # It waited for resources, nothing else: the holder goes and it starts on all three nodes.
-    await finish(stack, ["holder"])
+    await stack.finish("holder")
     started = [await stack.wait_pod(name, bound) for name in waiting]
     assert sorted(bound(p) or "" for p in started) == sorted(stack.partition.node_names)
     assert {job_id_of(p) for p in started} == {waiting_id}
-    await finish(stack, waiting)
+    await stack.finish(*waiting)
     assert (await placement(stack, largest).result()).phase == "Done"
 
 
@@ -359,7 +352,7 @@ async def test_pods_finishing_cancel_every_component(make_stack: StackFactory) -
     stack = await make_stack(nodes=3, cpus=4)
     group, names, (leader, _) = await group_of_two_shapes(stack, "done")
 
-    await finish(stack, names)
+    await stack.finish(*names)
     result = await placement(stack, group).result()
     assert (result.phase, result.end_reason) == ("Done", "")
     components = await components_of(stack, leader["job_id"])
@@ -388,7 +381,7 @@ async def test_a_reset_placement_adopts_its_het_job(make_stack: StackFactory) ->
     assert len(await stack.partition_jobs()) == 2
     assert {job_id_of(stack.pod(name)) for name in names} == {job_id}
 
-    await finish(stack, names)
+    await stack.finish(*names)
     assert (await again.result()).phase == "Done"
     assert [c["job_state"] for c in await components_of(stack, job_id)] == [["CANCELLED"], ["CANCELLED"]]
 
@@ -399,7 +392,7 @@ async def test_a_reset_placement_tells_the_pods_the_het_job_as_it_is(make_stack:
     # Read before the pods finish, checked after: a failure leaves nothing held.
     offsets = [offset_of(stack.pod(name)) for name in names]
     messages = {name: sorted(e["message"] for e in told(stack, name, "SlurmJobSubmitted")) for name in names}
-    await finish(stack, names)
+    await stack.finish(*names)
     assert (await again.result()).phase == "Done"
 
     # The pods are told of the job as it is: the same two components, each pod in its own.
@@ -438,7 +431,7 @@ async def test_the_sweep_adopts_a_terminated_placements_het_job_once_and_follows
     assert each_on_its_component(stack, await components_of(stack, job_id)) == names
     assert sorted(j["job_id"] for j in await stack.partition_jobs()) == [c["job_id"] for c in components]
 
-    await finish(stack, names)
+    await stack.finish(*names)
     assert (await placement(stack, group).result()).phase == "Done"
     assert [c["job_state"] for c in await components_of(stack, job_id)] == [["CANCELLED"], ["CANCELLED"]]
     again = await sweep(stack)
@@ -475,4 +468,4 @@ async def test_a_pending_het_job_is_updated_component_by_component(make_stack: S
     for name in names:
         await stack.wait_pod(name, lambda p: p is None)
     assert (await placement(stack, group).result()).phase == "Done"
-    await finish(stack, ["holder-a", "holder-b"])
+    await stack.finish("holder-a", "holder-b")

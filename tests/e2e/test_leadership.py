@@ -135,10 +135,7 @@ async def test_the_placements_the_leader_starts_run_on_the_standby_too(make_stac
         # Twelve tasks that either replica's pollers may take: the standby's share is not zero
         # unless all twelve went one way (1 in 4,096 were the two equally quick to take them).
         assert standby.bridge.temporal.identity in ran_first, ran_first
-        for name in names:
-            stack.kube.set_pod_phase(stack.namespace, name, "Succeeded")
-        for name in names:
-            await stack.wait_pod(name, finished_cleanly)
+        await stack.finish(*names)
 
 
 async def test_a_job_that_starts_while_no_replica_leads_is_bound_by_the_next_leader(

@@ -53,11 +53,6 @@ async def change_node(stack: Stack, bridge: Bridge, name: str, change: Callable[
     await stack.kube.wait_for_async(lambda: int(watched.resource_version or 0) >= version)
 
 
-async def finish(stack: Stack, name: str) -> None:
-    stack.kube.set_pod_phase(stack.namespace, name, "Succeeded")
-    await stack.wait_pod(name, finished_cleanly)
-
-
 @ON_REAL_KUBE
 async def test_node_selector_excludes_the_other_nodes(make_stack: StackFactory) -> None:
     stack = await make_stack(nodes=2)
@@ -67,7 +62,7 @@ async def test_node_selector_excludes_the_other_nodes(make_stack: StackFactory) 
     pod = await stack.wait_pod("picky", bound)
     assert bound(pod) == second
     assert excluded(await submitted_job(stack, pod)) == first
-    await finish(stack, "picky")
+    await stack.finish("picky")
 
 
 @ON_REAL_KUBE
@@ -111,7 +106,7 @@ async def test_explain_prints_the_job_the_worker_submitted(make_stack: StackFact
     # The very job_desc_msg the worker sent to slurmrestd, comment (placement id) included.
     as_sent = JobDescMsg.model_validate(explained["job_desc_msg"]).model_dump(mode="json", exclude_none=True)
     assert as_sent == job.model_dump(mode="json", exclude_none=True)
-    await finish(stack, "picky")
+    await stack.finish("picky")
 
 
 @ON_REAL_KUBE
@@ -133,7 +128,7 @@ async def test_required_node_affinity_on_fields_and_labels(make_stack: StackFact
     pod_with(stack, "affine", affinity=affinity)
     pod = await stack.wait_pod("affine", bound)
     assert bound(pod) == second
-    await finish(stack, "affine")
+    await stack.finish("affine")
 
 
 @ON_REAL_KUBE
@@ -149,7 +144,7 @@ async def test_an_untolerated_taint_keeps_slurm_off_the_node(make_stack: StackFa
     pod = await stack.wait_pod("plain", bound)
     assert bound(pod) == second
     assert excluded(await submitted_job(stack, pod)) == first
-    await finish(stack, "plain")
+    await stack.finish("plain")
 
 
 @ON_REAL_KUBE
@@ -173,7 +168,7 @@ async def test_no_feasible_node_waits_with_the_reason_until_a_node_fits(make_sta
     stack.kube.update_object("nodes", first, lambda n: n["metadata"]["labels"].update(accelerator="h100"))
     pod = await stack.wait_pod("gpu-hungry", bound)
     assert bound(pod) == first
-    await finish(stack, "gpu-hungry")
+    await stack.finish("gpu-hungry")
 
 
 @ON_REAL_KUBE
@@ -215,7 +210,7 @@ async def test_a_burst_of_node_changes_wakes_only_the_placements_it_concerns(
     assert bound(await stack.wait_pod("wants-h100", bound)) == first
     assert (scheduled_condition(stack.pod("wants-a100")) or {}).get("reason") == "Unschedulable"
     for name in ("wants-h100", "wants-a100"):
-        await finish(stack, name)
+        await stack.finish(name)
 
 
 async def test_the_managed_node_toleration_is_added_before_binding(make_stack: StackFactory) -> None:
@@ -242,7 +237,7 @@ async def test_the_managed_node_toleration_is_added_before_binding(make_stack: S
     after = stack.pod("untolerated")
     assert after is not None, "deleted by the taint manager"
     assert not after["metadata"].get("deletionTimestamp"), "evicted by the taint manager"
-    await finish(stack, "untolerated")
+    await stack.finish("untolerated")
 
 
 @ON_REAL_KUBE
@@ -259,7 +254,7 @@ async def test_an_excluded_node_unknown_to_slurm_is_dropped_not_fatal(make_stack
     stack.create_pod("steady")
     pod = await stack.wait_pod("steady", bound)
     assert bound(pod) == node
-    await finish(stack, "steady")
+    await stack.finish("steady")
 
 
 @ON_REAL_KUBE

@@ -376,10 +376,7 @@ async def test_two_worker_replicas_place_each_pod_once(make_stack: StackFactory)
     )
 
     await replica.stop()
-    for name in names:
-        stack.kube.set_pod_phase(stack.namespace, name, "Succeeded")
-    for name in names:
-        await stack.wait_pod(name, finished_cleanly)
+    await stack.finish(*names)
 
 
 async def test_annotation_change_updates_a_pending_job_and_is_refused_once_running(
@@ -434,10 +431,7 @@ async def test_pod_watcher_recovers_from_a_broken_watch_and_expired_history(make
     lists_after = sum(1 for r in stack.fake.requests if r.path == "/api/v1/pods" and "watch" not in r.query)
     assert lists_after > lists_before  # it re-listed instead of missing the new pod
 
-    for name in ("before", "after"):
-        stack.kube.set_pod_phase(stack.namespace, name, "Succeeded")
-    for name in ("before", "after"):
-        await stack.wait_pod(name, finished_cleanly)
+    await stack.finish("before", "after")
 
 
 @ON_REAL_KUBE

@@ -265,13 +265,6 @@ def member(stack: Stack, name: str, group: str, cpu: str) -> Pod:
     return stack.kube.create_object("pods", pod)
 
 
-async def finish(stack: Stack, names: list[str]) -> None:
-    for name in names:
-        stack.kube.set_pod_phase(stack.namespace, name, "Succeeded")
-    for name in names:
-        await stack.wait_pod(name, finished_cleanly)
-
-
 @ON_REAL_KUBE
 async def test_a_pod_groups_min_resources_never_size_its_nodes(make_stack: StackFactory) -> None:
     # Two 4-CPU nodes; a 1-CPU and a 3-CPU pod whose PodGroup needs 6 CPUs in all (8 exist).
@@ -287,7 +280,7 @@ async def test_a_pod_groups_min_resources_never_size_its_nodes(make_stack: Stack
     # Each node is asked for what its pod needs (one heterogeneous component per pod shape), as
     # Slurm recorded it: 1 and 3 CPUs, not the group's 6 spread over its nodes.
     assert [(c["node_count"]["number"], c["cpus_per_task"]["number"]) for c in components] == [(1, 1), (1, 3)]
-    await finish(stack, names)
+    await stack.finish(*names)
 
 
 @ON_REAL_KUBE

@@ -38,7 +38,7 @@ from activities.placement import SIZED_BY_LARGEST_POD
 from bridge import keys
 from tests.e2e import controllers
 from tests.e2e.conftest import ON_REAL_KUBE, StackFactory
-from tests.e2e.harness import Pod, Stack, bound, finished_cleanly, job_id_of, kubelet_stops
+from tests.e2e.harness import Pod, Stack, bound, job_id_of, kubelet_stops
 from tests.e2e.test_groups import members_seen
 from tests.e2e.test_het_groups import (
     LARGEST_POD,
@@ -62,13 +62,6 @@ async def slurm_job(stack: Stack, job_id: int | None) -> dict[str, Any]:
 
 def named(pods: list[Pod]) -> list[str]:
     return [p["metadata"]["name"] for p in pods]
-
-
-async def finish(stack: Stack, names: list[str]) -> None:
-    for name in names:
-        stack.kube.set_pod_phase(stack.namespace, name, "Succeeded")
-    for name in names:
-        await stack.wait_pod(name, finished_cleanly)
 
 
 def sizing_events(stack: Stack, name: str) -> list[dict[str, Any]]:
@@ -176,7 +169,7 @@ async def test_a_job_set_of_two_unequal_replicated_jobs_is_one_component_per_rep
     explained = await explain(stack, names[0])
     assert explained["sizing_note"] is None  # each pod is given what it asks for
     assert "jobs" in explained["job_desc_msg"]  # as submitted: `{"jobs": [...]}`, one per component
-    await finish(stack, names)
+    await stack.finish(*names)
     assert [c["job_state"] for c in await components_of(stack, job_id)] == [["CANCELLED"], ["CANCELLED"]]
 
 
@@ -208,7 +201,7 @@ async def test_a_job_set_sized_by_its_largest_pod_is_one_job_sized_by_its_larges
         assert event["message"].startswith(told)
     explained = await explain(stack, names[0])
     assert explained["sizing_note"] == event["message"].replace(f"Slurm job {job_id}", "the job")
-    await finish(stack, names)
+    await stack.finish(*names)
 
 
 async def test_a_leader_worker_set_whose_leader_asks_more_is_a_component_beside_its_workers(
@@ -246,7 +239,7 @@ async def test_a_leader_worker_set_whose_leader_asks_more_is_a_component_beside_
     assert reserved([leader, workers]) == (6, 1536)
     for name in names:
         assert not sizing_events(stack, name)
-    await finish(stack, names)
+    await stack.finish(*names)
 
 
 async def test_an_indexed_job_with_parallelism_below_completions_gets_a_slurm_job_per_pod(
@@ -277,14 +270,14 @@ async def test_an_indexed_job_with_parallelism_below_completions_gets_a_slurm_jo
         assert sent["time_limit"]["number"] == 10  # activeDeadlineSeconds, in whole minutes
 
     # Index 0 completes; the Job controller creates index 2, which takes the node it freed.
-    await finish(stack, first[:1])
+    await stack.finish(first[0])
     third = named([controllers.job_pod(stack.kube, job, 2)])
     last = await stack.wait_pod(third[0], bound)
     assert bound(last) == bound(placed[0])
     assert job_id_of(last) not in ids
     assert last["metadata"]["labels"][controllers.COMPLETION_INDEX] == "2"
     assert not sizing_events(stack, third[0])
-    await finish(stack, [first[1], third[0]])
+    await stack.finish(first[1], third[0])
 
 
 async def test_a_deployment_pod_re_created_by_its_replica_set_is_placed_again(
@@ -323,7 +316,7 @@ async def test_a_deployment_pod_re_created_by_its_replica_set_is_placed_again(
     assert bound(again) == bound(placed[gone])
     assert job_id_of(again) not in {job_id_of(p) for p in placed.values()}
     assert "RUNNING" not in (await slurm_job(stack, old_job_id))["job_state"]
-    await finish(stack, [kept, replacement])
+    await stack.finish(kept, replacement)
 
 
 async def test_a_pod_group_whose_pods_come_far_apart_waits_with_the_reason(make_stack: StackFactory) -> None:
@@ -377,4 +370,4 @@ async def test_a_pod_group_whose_pods_come_far_apart_waits_with_the_reason(make_
     placed = [await stack.wait_pod(name, bound) for name in [*early, last]]
     assert len({job_id_of(p) for p in placed}) == 1
     assert not waiting_told(stack, last)  # it completed the group
-    await finish(stack, [*early, last])
+    await stack.finish(*early, last)
