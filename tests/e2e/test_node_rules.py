@@ -290,7 +290,7 @@ async def test_a_pending_jobs_exclusions_follow_node_changes(make_stack: StackFa
     refresh = refresher.refresh
 
     async def counted() -> int:
-        burst = watcher.last_burst & {first, second}
+        burst = watcher.last_burst & both
         try:
             return await refresh()
         finally:
