@@ -363,8 +363,14 @@ class WorkerSettings(LeaseSettings, TemporalSettings):
         description="activities run at once",
         validation_alias=env("TEMPORAL_MAX_CONCURRENT_ACTIVITIES", "temporal_max_concurrent_activities"),
     )
+    # 10 workflow tasks, not the SDK's 100: the SDK hands a worker's workflow activations to
+    # Python one at a time, on the event loop the activities share, and a task taken from the
+    # server waits for its activations behind every other task the worker holds. With 100 held in
+    # a burst, the half of a bind's task that follows the bind (a local activity) waited behind
+    # ~43 other activations (0.4 s p50); tasks beyond 10 wait on the server instead
+    # (docs/temporal.md#worker-tuning).
     temporal_max_concurrent_workflow_tasks: int = Field(
-        100,
+        10,
         ge=2,  # the SDK needs two when the cache is on (a sticky and a normal poller)
         le=10_000,
         description="workflow tasks run at once",

@@ -264,7 +264,7 @@ def test_invalid_temporal_settings_name_the_setting(
         load(WorkerSettings, slurm_jwt_file=token_file, **values)
 
 
-def test_tuning_defaults_are_the_sdks_and_empty_files_mean_unset(
+def test_tuning_defaults_and_empty_files_mean_unset(
     token_file: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     for name in ("TEMPORAL_TLS_CERT_FILE", "TEMPORAL_TLS_KEY_FILE", "TEMPORAL_TLS_CA_FILE"):
@@ -276,7 +276,7 @@ def test_tuning_defaults_are_the_sdks_and_empty_files_mean_unset(
     assert settings.temporal_tls_server_name is None
     assert not settings.temporal_tls_enabled
     assert settings.temporal_max_concurrent_activities == 20
-    assert settings.temporal_max_concurrent_workflow_tasks == 100
+    assert settings.temporal_max_concurrent_workflow_tasks == 10
     assert settings.temporal_max_cached_workflows == 50
 
 
