@@ -81,7 +81,7 @@ def parse(argv: Sequence[str] | None) -> Options:
         "--probes",
         type=int,
         default=None,
-        help="pending: pods Slurm can start at once (default 3); site: per level (default 20)",
+        help="pending: pods Slurm can start at once (default 3); site: per level (default 100)",
     )
     p.add_argument(
         "--foreign-jobs", type=int, default=0, help="another user's held jobs in Slurm during the run"
@@ -144,7 +144,7 @@ def parse(argv: Sequence[str] | None) -> Options:
         recheck=a.recheck,
         paced=0 if pending or site else (min(pods, 100) if a.paced is None else a.paced),
         paced_load=a.paced_load,
-        probes=a.probes if a.probes is not None else (20 if site else 3),
+        probes=a.probes if a.probes is not None else (100 if site else 3),
         foreign_jobs=max(a.foreign_jobs, 0),
         levels=levels,
         max_cached_workflows=a.max_cached_workflows,

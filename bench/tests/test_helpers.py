@@ -191,7 +191,7 @@ def test_parse_pending_defaults() -> None:
 def test_parse_site_defaults_and_levels() -> None:
     site = parse(["--scenario", "site"])
     assert (site.levels, site.pods, site.nodes, site.cpus) == ((100, 1000, 10000), 10000, 1000, 5)
-    assert (site.reference, site.paced, site.probes, site.timeout) == (1000, 0, 20, 3600)
+    assert (site.reference, site.paced, site.probes, site.timeout) == (1000, 0, 100, 3600)
     assert parse(["--scenario", "site", "--reference", "0"]).reference == 0
     assert (site.followers, parse(["--scenario", "site", "--follower"]).followers) == (0, 1)
     assert parse(["--followers", "2"]).followers == 2
