@@ -378,7 +378,7 @@ class WorkerSettings(LeaseSettings, TemporalSettings):
             "TEMPORAL_MAX_CONCURRENT_WORKFLOW_TASKS", "temporal_max_concurrent_workflow_tasks"
         ),
     )
-    # 500, not the SDK's 1,000: a cached placement holds ~180 KiB of worker memory, and a
+    # 500, not the SDK's 1,000: a cached placement holds ~100 KiB of worker memory, and a
     # placement that waits for days is cheap to replay (a few dozen events) when evicted.
     temporal_max_cached_workflows: int = Field(
         500,
