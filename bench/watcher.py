@@ -1,7 +1,7 @@
 """The job watcher at a site's size: one watcher following 100, 1,000 and 10,000 live bridge jobs.
 
     python -m bench.watcher [--live 100,1000,10000] [--running 5000] [--foreign 20000]
-                            [--seconds 20] [--probes 20] [--json FILE]
+                            [--seconds 20] [--probes 20] [--turnover 20] [--json FILE]
 
 The job watcher (worker/job_watcher.py) is the one loop whose Slurm cost grows with the bridge's
 own jobs: each pass asks Slurm about the jobs it follows. This runs the watcher itself against
@@ -27,7 +27,12 @@ restart costs, printed too), for `--seconds`:
   and p99: the job watcher's share of a pod's time from Slurm RUNNING to bound. Beside it, each
   probe's own reader asks for that job alone every 20 ms: from the start logged to the first
   answer saying RUNNING, what Slurm itself takes to show a start to anyone (its scheduling pass
-  holds the job lock meanwhile), which no watcher can beat.
+  holds the job lock meanwhile), which no watcher can beat;
+- then `--turnover` of the followed running jobs, one a second, cancelled as a finished pod's
+  placement cancels its job: slurmctld starts a waiting job in each one's place, a job the
+  watcher has seen pending, as at a full site. From slurmctld's start to the watcher's signal,
+  p50 and p99, and the watcher's requests and Slurm's CPU a second meanwhile (beside the same
+  while the probes start, jobs the watcher never saw pending).
 
 Figures are printed, never asserted. Every job it submitted is cancelled at the end.
 """
@@ -197,6 +202,12 @@ class Level:
     # slurmctld's scheduling over the window: {"main"|"backfill": (share of the time, mean cycle ms)}
     scheduling: dict[str, tuple[float, float | None]] | None = None
     started_to_told_ms: dict[str, float | None] | None = None  # probes: p50, p99, n
+    # While the probes run (a start a second, which moves slurmctld's count of started jobs):
+    # the watcher's requests by kind and Slurm's CPU, per second.
+    while_starting: dict[str, float | None] | None = None
+    # Running jobs cancelled one a second, waiting ones started in their place: the same, and
+    # slurmctld's start -> the watcher's signal, ms (p50, p99, n started, n told).
+    while_turning_over: dict[str, float | None] | None = None
 
 
 class SlurmCpu:
@@ -229,6 +240,7 @@ async def measure(
     interval: float,
     idle: tuple[float | None, float | None],
     probes: "Probes",
+    turnover_count: int,
 ) -> Level:
     cpu = SlurmCpu(bed)
     transport = _QueryCounting()
@@ -271,7 +283,15 @@ async def measure(
         stats = transport.stats.snapshot()
         query_chars = transport.query_chars
         running = sum(1 for state in (await slurm.job_states(job_ids)).values() if "RUNNING" in state)
+        transport.stats.reset()
+        probing_cpu, probing_mine = cpu.sample(), cpu_seconds(os.getpid()) or 0.0
+        probing_at = time.monotonic()
         started_to_told = await probes.run(jobs, signals)
+        while_starting = phase_costs(transport, cpu, idle, (probing_cpu, probing_mine, probing_at))
+        transport.stats.reset()
+        turning = cpu.sample(), cpu_seconds(os.getpid()) or 0.0, time.monotonic()
+        turned_over = await turnover(bed, job_ids, turnover_count, signals)
+        while_turning_over = {**phase_costs(transport, cpu, idle, turning), **turned_over}
     finally:
         loop.cancel()
         await asyncio.gather(loop, return_exceptions=True)
@@ -280,8 +300,7 @@ async def measure(
     count = max(len(timed), 1)
 
     def per_second(after: float | None, before: float | None, idle_rate: float | None) -> float | None:
-        spent = _delta(after, before)
-        return None if spent is None or idle_rate is None else spent / wall - idle_rate
+        return _rate(after, before, wall, idle_rate)
 
     return Level(
         followed=len(job_ids),
@@ -298,7 +317,70 @@ async def measure(
         followed_running=running,
         scheduling=scheduling_share(cycles_before, cycles_after, wall),
         started_to_told_ms=started_to_told,
+        while_starting=while_starting,
+        while_turning_over=while_turning_over,
     )
+
+
+Sample = tuple[tuple[float | None, float | None], float, float]  # Slurm's CPU, the watcher's, when
+
+
+def phase_costs(
+    transport: "_QueryCounting", cpu: SlurmCpu, idle: tuple[float | None, float | None], since: Sample
+) -> dict[str, float | None]:
+    """The watcher's requests by kind, the KiB answered, and Slurm's and the watcher's CPU, a
+    second since `since` (the transport's counts reset then)."""
+    (ctld, restd), mine, at = since
+    wall = time.monotonic() - at
+    (ctld_after, restd_after), mine_after = cpu.sample(), cpu_seconds(os.getpid()) or 0.0
+    stats = transport.stats.snapshot()
+    return {
+        **{f"{op} /s": round(n / wall, 2) for op, n in sorted(stats.count.items())},
+        "KiB answered /s": round(sum(stats.bytes_in.values()) / 1024 / wall, 1),
+        "slurmctld CPU s/s (idle subtracted)": _round(_rate(ctld_after, ctld, wall, idle[0])),
+        "slurmrestd CPU s/s (idle subtracted)": _round(_rate(restd_after, restd, wall, idle[1])),
+        "watcher CPU s/s": round((mine_after - mine) / wall, 4),
+    }
+
+
+async def turnover(
+    bed: SlurmTestBed, job_ids: Sequence[int], count: int, signals: _Signals
+) -> dict[str, float | None]:
+    """`count` of the running jobs cancelled, one a second; slurmctld starts waiting ones in their
+    place. From each start (slurmctld's log) to the watcher's signal saying RUNNING, ms."""
+    states = await asyncio.to_thread(bed.job_states, job_ids)
+    running = sorted(job_id for job_id, state in states.items() if "RUNNING" in state)
+    waiting = [job_id for job_id, state in states.items() if "PENDING" in state]
+    if not waiting:
+        return {"jobs started": 0}
+    for job_id in running[:count]:
+        await asyncio.to_thread(bed.rest, "DELETE", f"/job/{job_id}")
+        await asyncio.sleep(1.0)
+    started: dict[int, float] = {}
+    for _ in range(20):  # slurmctld starts them in its next scheduling pass
+        started = await asyncio.to_thread(running_times, bed, waiting)
+        if len(started) >= min(count, len(running)):
+            break
+        await asyncio.sleep(0.5)
+    async with signals.told:
+        with contextlib.suppress(TimeoutError):  # the untold are left out of the figures
+            told_all = signals.told_running.keys()
+            await asyncio.wait_for(signals.told.wait_for(lambda: told_all >= started.keys()), 60)
+    told = [
+        1000 * (signals.told_running[job] - at) for job, at in started.items() if job in signals.told_running
+    ]
+    return {
+        "jobs started": len(started),
+        "jobs told": len(told),
+        "started -> told RUNNING, p50 ms": _ms(percentile(told, 50)),
+        "started -> told RUNNING, p99 ms": _ms(percentile(told, 99)),
+    }
+
+
+def _rate(after: float | None, before: float | None, wall: float, idle_rate: float | None) -> float | None:
+    """CPU seconds a second between two samples, with the idle rate subtracted."""
+    spent = _delta(after, before)
+    return None if spent is None or idle_rate is None else spent / wall - idle_rate
 
 
 def scheduler_cycles(bed: SlurmTestBed) -> dict[str, tuple[int, int]]:
@@ -362,6 +444,11 @@ def print_levels(levels: Sequence[Level], foreign: int) -> None:
     row("probe started -> told RUNNING, p99 ms", [figures.get("p99") for figures in told])
     row("probe started -> RUNNING answered at all, p50 ms", [figures.get("visible_p50") for figures in told])
     row("probe started -> RUNNING answered at all, p99 ms", [figures.get("visible_p99") for figures in told])
+    phases = (("while_starting", "while the probes start"), ("while_turning_over", "while jobs turn over"))
+    for phase, label in phases:
+        figures_of = [getattr(level, phase) or {} for level in levels]
+        for name in sorted({name for figures in figures_of for name in figures}):
+            row(f"{label}: {name}", [figures.get(name) for figures in figures_of])
 
 
 def _bridge_job(partition: str, *, hold: bool) -> dict[str, Any]:
@@ -441,7 +528,11 @@ async def amain(options: argparse.Namespace) -> list[Level]:
         levels = []
         for count in counts:
             say(f"following {count:,} jobs")
-            levels.append(await measure(bed, live[:count], options.seconds, options.interval, idle, probes))
+            levels.append(
+                await measure(
+                    bed, live[:count], options.seconds, options.interval, idle, probes, options.turnover
+                )
+            )
         return levels
     finally:
         say("cancelling the jobs submitted")
@@ -458,6 +549,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--running", type=int, default=5_000, help="of the bridge's jobs, those that run")
     parser.add_argument("--foreign", type=int, default=20_000, help="held jobs of another user in Slurm")
     parser.add_argument("--probes", type=int, default=20, help="probe jobs a level, one a second")
+    parser.add_argument(
+        "--turnover", type=int, default=20, help="running jobs cancelled a level, one a second"
+    )
     parser.add_argument("--seconds", type=float, default=20.0, help="measured steady state per count")
     parser.add_argument("--interval", type=float, default=0.25, help="the watcher's JOB_WATCH_INTERVAL")
     parser.add_argument("--json", help="also write the figures here")
