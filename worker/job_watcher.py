@@ -12,7 +12,15 @@ pod watcher from the pods' job-id label and placement annotation. Each interval:
    someone else, a failure): while Slurm starts nothing, following 10,000 pending
    jobs costs one small request per pass, not 33. The jobs that may have started
    are probed first, newest first, and each group's starts told as it answers,
-   before the running jobs are probed;
+   before the running jobs are probed. The pending jobs probed only because the
+   count moved are asked until as many of them were found started as it moved by:
+   the newest group first (jobs Slurm may start in the pass after their
+   submission), then the others oldest first (Slurm starts waiting jobs in the
+   order of their priority, their submission's unless the site weighs it
+   otherwise). Only jobs seen pending count; the count covers every job Slurm
+   started, so a start of someone else's job, or of a job first seen running,
+   makes the probe ask them all, as before; a start found before the count had
+   it (between the two) is made up for in the next pass, for which it moved;
 2. `GET /job/{id}` for each job whose state changed since the previous pass,
    that Slurm no longer knows, that is new to the watcher, or that is pending
    and due for a refresh (its pending reason is not part of the state answer; at most
@@ -49,7 +57,7 @@ only when cancelled.
 A pass walks every followed job only when one may be due (a probe's time came, slurmctld
 started a job, a state changed): at 10,000 followed jobs most passes ask `GET /diag/` alone.
 
-Its size (about 650 lines) is one loop with its pacing and back-off; what it follows is
+Its size (about 700 lines) is one loop with its pacing and back-off; what it follows is
 worker/job_registry.py's.
 """
 
@@ -184,6 +192,7 @@ class JobWatcher:
         self._pending_since: dict[int, float] = {}  # job id → when first seen pending
         self._withheld: set[int] = set()  # pending reasons not yet told: re-read soon
         self._started_at_probe: int | None = None  # slurmctld's count of started jobs at the last probe
+        self.state_probes_spared = 0  # job ids not asked: the starts the count told of were found
         self._followed: dict[int, str] = {}  # this installation's live jobs, as of `_followed_version`
         self._followed_version = -1
         self._reading: set[int] = set()  # jobs whose `GET /job/{id}` is out: not asked again meanwhile
@@ -230,12 +239,19 @@ class JobWatcher:
         moved = started is None or started != self._started_at_probe
         if self._walk_due(now, pending and moved):
             self._walked_version, self._dirty, self._next_due = self.jobs.version, False, float("-inf")
-            may_start, running, next_due = self._due(followed, now, moved)
+            may_start, on_move, running, next_due = self._due(followed, now, moved)
             self.walks += 1
         else:
-            may_start, running, next_due = [], [], self._next_due
-        states = await self._probe(may_start, now, tell_starts=True)
-        if started is not None and may_start:
+            may_start, on_move, running, next_due = [], [], [], self._next_due
+        # How many jobs slurmctld started since the last probe: once that many starts are found,
+        # the other pending jobs need not be asked. Unknown (no count, a first probe, a count
+        # that went back with a restart of slurmctld): every one is asked.
+        previous = self._started_at_probe
+        starts = started - previous if started is not None and previous is not None else None
+        states = await self._probe(
+            may_start, now, tell_starts=True, until_found=(on_move, starts if starts and starts > 0 else None)
+        )
+        if started is not None and (may_start or on_move):
             self._started_at_probe = started
         states.update(await self._probe(running, now, tell_starts=False))
         self._next_due = next_due  # only once the probes answered: a failed pass walks again
@@ -257,7 +273,12 @@ class JobWatcher:
         return pending_moved or changed or now >= self._next_due
 
     async def _probe(
-        self, job_ids: list[int], now: float, *, tell_starts: bool
+        self,
+        job_ids: list[int],
+        now: float,
+        *,
+        tell_starts: bool,
+        until_found: tuple[list[int], int | None] = ([], None),
     ) -> dict[int, list[str] | None]:
         """The jobs' states (None: Slurm does not know the job), asked in groups of PROBE_GROUP
         ids, PROBE_CONCURRENCY groups at once.
@@ -265,28 +286,61 @@ class JobWatcher:
         Newest first: Slurm starts most jobs in the scheduling pass after their submission. With
         `tell_starts`, a group's starts are told as soon as that group answers, not after the
         last of them (at 5,000 pending jobs, 20 groups).
+
+        `until_found` (pending jobs, starts): those jobs are asked after `job_ids`, in the order
+        of `_start_order`, until that many starts were found in this probe (None: all of them).
         """
         states: dict[int, list[str] | None] = {}
         slots = asyncio.Semaphore(PROBE_CONCURRENCY)
+        optional, starts = until_found
+        found = 0
+        # The optional groups after the first wait for its answer when a count of starts is to be
+        # found: most are found there.
+        first_answered = asyncio.Event()
 
-        async def ask(group: list[int]) -> None:
-            async with slots:
-                answered = await self.slurm.job_states(group)
+        async def ask(group: list[int], optional_at: int | None = None) -> None:
+            nonlocal found
+            if optional_at and starts is not None:
+                await first_answered.wait()
+            try:
+                async with slots:
+                    if optional_at is not None and starts is not None and found >= starts:
+                        self.state_probes_spared += len(group)
+                        return
+                    self.state_probes += len(group)
+                    answered = await self.slurm.job_states(group)
+            finally:
+                if optional_at == 0:
+                    first_answered.set()
             for job_id in group:
                 self._probed_at[job_id] = now
                 states[job_id] = answered.get(job_id)
             if tell_starts:
                 for job_id in self._started(answered):
+                    found += 1
                     self._tell_started(job_id, answered[job_id])
 
-        self.state_probes += len(job_ids)
         newest_first = sorted(job_ids, reverse=True)
         groups = [newest_first[at : at + PROBE_GROUP] for at in range(0, len(newest_first), PROBE_GROUP)]
-        results = await asyncio.gather(*(ask(group) for group in groups), return_exceptions=True)
+        in_turn = self._start_order(optional)
+        later = [in_turn[at : at + PROBE_GROUP] for at in range(0, len(in_turn), PROBE_GROUP)]
+        results = await asyncio.gather(
+            *(ask(group) for group in groups),
+            *(ask(group, at) for at, group in enumerate(later)),
+            return_exceptions=True,
+        )
         failures = [result for result in results if isinstance(result, BaseException)]
         if failures:
             raise failures[0]
         return states
+
+    @staticmethod
+    def _start_order(job_ids: list[int]) -> list[int]:
+        """The order pending jobs are asked in when only their starts are looked for: the newest
+        group (jobs Slurm may start in the pass after their submission), then oldest first (the
+        order Slurm starts waiting jobs in, by default)."""
+        newest_first = sorted(job_ids, reverse=True)
+        return newest_first[:PROBE_GROUP] + newest_first[PROBE_GROUP:][::-1]
 
     async def _read_all(self, job_ids: list[int], states: Mapping[int, list[str] | None]) -> None:
         if not job_ids:
@@ -385,9 +439,13 @@ class JobWatcher:
         self.counter_reads += 1
         return started
 
-    def _due(self, followed: Iterable[int], now: float, moved: bool) -> tuple[list[int], list[int], float]:
-        """The jobs this pass asks Slurm the state of (those that may have started, the running
-        ones), and when the next pass will have one due at the latest, if no state changes.
+    def _due(
+        self, followed: Iterable[int], now: float, moved: bool
+    ) -> tuple[list[int], list[int], list[int], float]:
+        """The jobs this pass asks Slurm the state of (those that may have started; the pending
+        ones due only because slurmctld started some job, asked until its starts are found; the
+        running ones), and when the next pass will have one due at the latest, if no state
+        changes.
 
         A job the watcher knows nothing of yet, always. A running one, every RUNNING_PROBE_SECONDS
         (its end evicts pods; nothing waits on it to bind). A pending one when slurmctld's count
@@ -398,6 +456,7 @@ class JobWatcher:
         """
         seen_of, probed_at, never = self._seen.get, self._probed_at.get, float("-inf")
         may_start: list[int] = []
+        on_move: list[int] = []
         running: list[int] = []
         next_due = float("inf")
         for job_id in followed:
@@ -413,14 +472,16 @@ class JobWatcher:
                     last = now
                 next_due = min(next_due, last + RUNNING_PROBE_SECONDS)
             elif "PENDING" in seen.states:
-                if moved or now - last >= self.pending_probe:
+                if now - last >= self.pending_probe:
                     may_start.append(job_id)
                     last = now
+                elif moved:
+                    on_move.append(job_id)  # perhaps not asked: due by its last probe's time
                 next_due = min(next_due, last + self.pending_probe)
             else:
                 may_start.append(job_id)
                 next_due = now
-        return may_start, running, next_due
+        return may_start, on_move, running, next_due
 
     def _changed(
         self, followed: Mapping[int, str], probed: Mapping[int, list[str] | None], now: float

@@ -556,6 +556,45 @@ async def test_pending_jobs_are_probed_when_slurmctld_counted_a_start(
     await slurm.cancel_job(job_id)
 
 
+async def test_a_start_found_in_the_newest_group_spares_asking_the_older_pending_jobs(
+    slurm_bed: SlurmTestBed,
+    counted_starts: CountedStarts,
+    slurm_partition: MakePartition,
+    temporal_client: Client,
+    placements: Placements,
+    requests: Requests,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """slurmctld counted one start: the pending jobs are asked until one start is found, the
+    newest first (groups of two here, of 250 in the bridge)."""
+    monkeypatch.setattr("worker.job_watcher.PROBE_GROUP", 2)
+    slurm, partition = counted_starts, slurm_partition()
+    placement_id, pod = placements.new_id()
+    placement = await placements.start(placement_id)
+    oldest, older, newest = [
+        await bridge_job(slurm, partition.name, placement_id, pod, hold=True) for _ in range(3)
+    ]
+    jobs = LiveJobs()
+    for job_id in (oldest, older, newest):
+        jobs.track(job_id, placement_id)
+    watcher = watcher_for(slurm, temporal_client, jobs, Clock(), gate_on_starts=True, pending_probe=30.0)
+    await one_pass(watcher)  # first sight: probed and read
+    await one_pass(watcher)  # pending now: the count, first seen, and every job probed
+    assert requests.take().count("GET /jobs/state/") == 4
+
+    await asyncio.to_thread(slurm_bed.scontrol, "release", str(newest))
+    await wait_for_job(slurm, newest, lambda job: "RUNNING" in (job.job_state or []), "job running")
+    requests.take()
+    slurm.started += 1
+    await one_pass(watcher)
+    assert requests.take() == ["GET /jobs/state/"]  # [newest, older]; oldest not asked
+    told = {event.job_id: event.states for event in await placements.told(placement)}
+    assert told[newest] == ["RUNNING"]
+    assert watcher.state_probes_spared == 1
+    for job_id in (oldest, older, newest):
+        await slurm.cancel_job(job_id)
+
+
 async def test_a_pending_job_is_probed_at_the_slow_cadence_while_slurmctld_counts_no_start(
     counted_starts: CountedStarts,
     slurm_partition: MakePartition,
