@@ -299,9 +299,6 @@ async def measure(
         await slurm.close()
     count = max(len(timed), 1)
 
-    def per_second(after: float | None, before: float | None, idle_rate: float | None) -> float | None:
-        return _rate(after, before, wall, idle_rate)
-
     return Level(
         followed=len(job_ids),
         first_read_seconds=round(first_read, 2),
@@ -311,8 +308,8 @@ async def measure(
         requests_per_pass={op: round(n / count, 2) for op, n in sorted(stats.count.items())},
         query_chars_per_pass=round(query_chars / count),
         answer_bytes_per_pass=round(sum(stats.bytes_in.values()) / count),
-        slurmctld_cpu_per_second=_round(per_second(cpu_after[0], cpu_before[0], idle[0])),
-        slurmrestd_cpu_per_second=_round(per_second(cpu_after[1], cpu_before[1], idle[1])),
+        slurmctld_cpu_per_second=_round(_rate(cpu_after[0], cpu_before[0], wall, idle[0])),
+        slurmrestd_cpu_per_second=_round(_rate(cpu_after[1], cpu_before[1], wall, idle[1])),
         watcher_cpu_per_second=round((mine_after - mine_before) / wall, 4),
         followed_running=running,
         scheduling=scheduling_share(cycles_before, cycles_after, wall),
@@ -350,22 +347,18 @@ async def turnover(
     place. From each start (slurmctld's log) to the watcher's signal saying RUNNING, ms."""
     states = await asyncio.to_thread(bed.job_states, job_ids)
     running = sorted(job_id for job_id, state in states.items() if "RUNNING" in state)
-    waiting = [job_id for job_id, state in states.items() if "PENDING" in state]
+    waiting = {job_id for job_id, state in states.items() if "PENDING" in state}
     if not waiting:
         return {"jobs started": 0}
     for job_id in running[:count]:
         await asyncio.to_thread(bed.rest, "DELETE", f"/job/{job_id}")
         await asyncio.sleep(1.0)
-    started: dict[int, float] = {}
-    for _ in range(20):  # slurmctld starts them in its next scheduling pass
-        started = await asyncio.to_thread(running_times, bed, waiting)
-        if len(started) >= min(count, len(running)):
-            break
-        await asyncio.sleep(0.5)
+    # As many waiting jobs start as ran ended; the watcher's signals say when it has told them.
+    expected, told_all = min(count, len(running)), signals.told_running.keys()
     async with signals.told:
         with contextlib.suppress(TimeoutError):  # the untold are left out of the figures
-            told_all = signals.told_running.keys()
-            await asyncio.wait_for(signals.told.wait_for(lambda: told_all >= started.keys()), 60)
+            await asyncio.wait_for(signals.told.wait_for(lambda: len(told_all & waiting) >= expected), 60)
+    started = await asyncio.to_thread(running_times, bed, waiting)
     told = [
         1000 * (signals.told_running[job] - at) for job, at in started.items() if job in signals.told_running
     ]
