@@ -22,6 +22,7 @@ import httpx
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 
+from clients.aiohttp_transport import AiohttpTransport
 from testbed.history_cost import HistoryCost, history_cost, local_activity_type
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -244,10 +245,10 @@ class _CountingStream(httpx.AsyncByteStream):
 
 
 class CountingTransport(httpx.AsyncBaseTransport):
-    """Wraps httpx's transport: requests, response bytes and time per Slurm operation."""
+    """Wraps the Slurm client's transport: requests, response bytes and time per Slurm operation."""
 
     def __init__(self, inner: httpx.AsyncBaseTransport | None = None) -> None:
-        self._inner = inner or httpx.AsyncHTTPTransport()
+        self._inner = inner or AiohttpTransport()
         self.stats = RequestStats()
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:

@@ -22,6 +22,7 @@ from bridge import keys
 from bridge import search_attributes as sa
 from bridge.slurm_api import API_VERSIONS
 from bridge.tolerations import managed_node_toleration
+from clients.aiohttp_transport import AiohttpTransport
 from clients.slurm_client import SlurmClient
 from testbed.history_cost import history_cost
 from testbed.waiting import until
@@ -236,7 +237,7 @@ class FullQueue(httpx.AsyncBaseTransport):
     }
 
     def __init__(self, refusals: int) -> None:
-        self.inner = httpx.AsyncHTTPTransport()
+        self.inner: httpx.AsyncBaseTransport = AiohttpTransport()
         self.refusals = refusals
         self.submissions = 0
 
