@@ -11,7 +11,6 @@ import asyncio
 import json
 import ssl
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -22,6 +21,7 @@ from bridge.slurm_api import JobDescMsg, UpdateNodeMsg
 from clients.aiohttp_transport import AiohttpTransport
 from clients.slurm_client import SlurmClient
 from clients.slurm_errors import SlurmError, SlurmUnavailable
+from tests.unit.scripted_server import Request, Script, ScriptedServer, whole
 
 PINGS = json.dumps(
     {"pings": [{"hostname": "ctld", "pinged": "UP", "responding": True}], "errors": [], "warnings": []}
@@ -29,64 +29,6 @@ PINGS = json.dumps(
 STATES = json.dumps(
     {"jobs": [{"job_id": "5", "state": ["RUNNING"]}, {"job_id": "6", "state": ["PENDING"]}], "errors": []}
 ).encode()
-
-
-def whole(body: bytes, status: str = "200 OK", content_type: str = "application/json") -> bytes:
-    head = f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n\r\n"
-    return head.encode() + body
-
-
-@dataclass
-class Request:
-    line: str
-    headers: list[tuple[str, str]]
-    body: bytes
-
-
-# Given the request number (from 1), the bytes to answer with; None: answer nothing, hold on.
-Script = Callable[[int], bytes | None]
-
-
-@dataclass
-class ScriptedServer:
-    script: Script
-    close_after_answer: bool = False
-    requests: list[Request] = field(default_factory=list)
-    connections: int = 0
-    _server: asyncio.Server | None = None
-
-    async def start(self, tls: ssl.SSLContext | None = None) -> str:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=tls)
-        host, port = self._server.sockets[0].getsockname()[:2]
-        return f"{'https' if tls else 'http'}://{host}:{port}"
-
-    async def stop(self) -> None:
-        assert self._server is not None
-        self._server.close()
-        await self._server.wait_closed()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        try:
-            while head := await reader.readuntil(b"\r\n\r\n"):
-                line, *fields = head.decode("latin-1").rstrip("\r\n").split("\r\n")
-                headers = [
-                    (name.strip().lower(), value.strip()) for name, value in (f.split(":", 1) for f in fields)
-                ]
-                length = int(dict(headers).get("content-length", "0"))
-                self.requests.append(Request(line, headers, await reader.readexactly(length)))
-                answer = self.script(len(self.requests))
-                if answer is None:
-                    await asyncio.Event().wait()  # never answers; the client gives up
-                    return
-                writer.write(answer)
-                await writer.drain()
-                if self.close_after_answer:
-                    return
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
 
 
 @pytest.fixture
