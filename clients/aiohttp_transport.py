@@ -79,7 +79,8 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         return httpx.Response(
             status,
             headers=headers,
-            content=content,
+            # A stream, not `content`: httpx reads it through whatever wraps this transport.
+            stream=httpx.ByteStream(content),
             request=request,
             extensions={"http_version": b"HTTP/1.1", "reason_phrase": reason.encode("latin-1", "replace")},
         )

@@ -191,3 +191,37 @@ async def test_a_proxy_from_the_environment_is_used_unless_no_proxy_names_the_se
         with pytest.raises(SlurmUnavailable, match="ConnectError"):  # no such name, asked directly
             await slurm.ping()
     assert len(proxy.requests) == 1
+
+
+class Tap(httpx.AsyncBaseTransport):
+    """Wraps a transport as the benchmark's request counter does: the answers' bytes as httpx reads them."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self.inner = inner
+        self.bytes_read = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self.inner.handle_async_request(request)
+        assert isinstance(response.stream, httpx.AsyncByteStream)
+        response.stream = Tapped(response.stream, self)
+        return response
+
+
+class Tapped(httpx.AsyncByteStream):
+    def __init__(self, inner: httpx.AsyncByteStream, tap: Tap) -> None:
+        self.inner, self.tap = inner, tap
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self.inner:
+            self.tap.bytes_read += len(chunk)
+            yield chunk
+
+
+async def test_an_answer_is_read_through_a_transport_that_wraps_this_one(
+    serve: Callable[..., ScriptedServer], token: Path
+) -> None:
+    server = serve(lambda n: whole(STATES))
+    tap = Tap(AiohttpTransport())
+    async with client(await server.start(), token, tap) as slurm:
+        assert await slurm.job_states([5, 6]) == {5: ["RUNNING"], 6: ["PENDING"]}
+    assert tap.bytes_read == len(STATES)
