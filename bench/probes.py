@@ -22,7 +22,6 @@ import httpx
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 
-from clients.aiohttp_transport import AiohttpTransport
 from testbed.history_cost import HistoryCost, history_cost, local_activity_type
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -245,10 +244,10 @@ class _CountingStream(httpx.AsyncByteStream):
 
 
 class CountingTransport(httpx.AsyncBaseTransport):
-    """Wraps the Slurm client's transport: requests, response bytes and time per Slurm operation."""
+    """Wraps httpx's transport: requests, response bytes and time per Slurm operation."""
 
     def __init__(self, inner: httpx.AsyncBaseTransport | None = None) -> None:
-        self._inner = inner or AiohttpTransport()
+        self._inner = inner or httpx.AsyncHTTPTransport()
         self.stats = RequestStats()
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:

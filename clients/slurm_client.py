@@ -2,8 +2,7 @@
 
 Messages are v0.0.44's models on either version (bridge/slurm_api/versions.py says why that holds).
 
-One `httpx.AsyncClient`, over aiohttp's connection pool (clients/aiohttp_transport.py
-says why) unless given a transport; the JWT file is looked at before every request and read
+One `httpx.AsyncClient`; the JWT file is looked at before every request and read
 again whenever it changed (so a rotated token is picked up at once); the token is
 kept in the client's memory only, never logged or put in an error.
 
@@ -58,7 +57,6 @@ from bridge.slurm_api.v0044 import (
     V0044UpdateNodeMsg,
 )
 from bridge.slurm_api.versions import as_v0044
-from clients.aiohttp_transport import AiohttpTransport
 from clients.slurm_errors import (
     ESLURM_ALREADY_DONE,
     JOB_MISSING,
@@ -167,7 +165,7 @@ class SlurmClient:
         self._http = httpx.AsyncClient(
             base_url=f"{self.base_url}/slurm/{api_version}",
             timeout=timeout,
-            transport=transport if transport is not None else AiohttpTransport(),
+            transport=transport,
             headers={"Accept": "application/json"},
         )
 
@@ -553,7 +551,7 @@ class SlurmClient:
         json_body = request_body(body) if body is not None else None
         failure: str | None = None
         # A read meeting a kept-alive connection out of step (bytes before the status
-        # line; closed as the request went out) is asked again, once: the transport has
+        # line; closed as the request went out) is asked again, once: httpcore has
         # dropped that connection, so the second try goes on another. Seen once in CI
         # against slurmrestd 26.05. A write is never sent twice: Slurm may have acted on it.
         attempts = 2 if method == "GET" else 1

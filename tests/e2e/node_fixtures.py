@@ -26,7 +26,6 @@ from temporalio.service import RPCError
 
 from bridge import keys
 from bridge.node_actions import NodeSyncResult
-from clients.aiohttp_transport import AiohttpTransport
 from clients.kube_client import KubeClient, load_configuration
 from clients.slurm_client import SlurmClient
 from testbed.kube_backend import KubeBackend, fake_of
@@ -47,7 +46,7 @@ class Unpluggable(httpx.AsyncBaseTransport):
     """The bridge's way to slurmrestd, with a cable a test can pull."""
 
     def __init__(self) -> None:
-        self.inner: httpx.AsyncBaseTransport = AiohttpTransport()
+        self.inner = httpx.AsyncHTTPTransport()
         self.unplugged = False
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:

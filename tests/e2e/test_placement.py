@@ -22,7 +22,6 @@ from bridge import keys
 from bridge import search_attributes as sa
 from bridge.slurm_api import API_VERSIONS
 from bridge.tolerations import managed_node_toleration
-from clients.aiohttp_transport import AiohttpTransport
 from clients.slurm_client import SlurmClient
 from testbed.history_cost import history_cost
 from testbed.waiting import until
@@ -237,7 +236,7 @@ class FullQueue(httpx.AsyncBaseTransport):
     }
 
     def __init__(self, refusals: int) -> None:
-        self.inner: httpx.AsyncBaseTransport = AiohttpTransport()
+        self.inner = httpx.AsyncHTTPTransport()
         self.refusals = refusals
         self.submissions = 0
 
