@@ -1,14 +1,14 @@
-"""SlurmClient on a real socket, against a slurmrestd whose answer runs past its Content-Length.
+"""SlurmClient on a real socket, against answers a slurmrestd (or what stands in front of one) gave.
 
-Seen once in CI (slurmrestd 26.05, an e2e test's `GET /job/{id}` on a kept-alive
-connection): `       "number": 1795783166`, a line of pretty-printed JSON, was read
-as the answer's status line. The bytes came in front of the answer itself (h11 saw its
-blank line), not while the connection lay idle (httpcore drops an idle connection
-that has something to read), so the server sent them after the next request came:
-the tail of an earlier answer, longer than its Content-Length said. Wherever they
-come from, a reused connection out of step must not fail a read the bridge can
-simply ask again; a request that changes something is never sent twice (Slurm may
-have acted on it).
+Bytes past an answer's Content-Length: slurmrestd 26.05 follows each error answer with a
+second, plain-text answer to the same request (below, as captured); and once in CI (an e2e
+test's `GET /job/{id}` on a kept-alive connection) `       "number": 1795783166`, a line of
+pretty-printed JSON, was read as the answer's status line. Those bytes came in front of the
+answer itself (h11 saw its blank line), not while the connection lay idle (httpcore drops an
+idle connection that has something to read), so the server sent them after the next request
+came: the tail of an earlier answer, longer than its Content-Length said. Wherever they come
+from, a reused connection out of step must not fail a read the bridge can simply ask again; a
+request that changes something is never sent twice (Slurm may have acted on it).
 """
 
 import json
