@@ -22,7 +22,6 @@ import httpx
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 
-from clients.slurm_client import POOL_LIMITS
 from testbed.history_cost import HistoryCost, history_cost, local_activity_type
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -248,7 +247,7 @@ class CountingTransport(httpx.AsyncBaseTransport):
     """Wraps httpx's transport: requests, response bytes and time per Slurm operation."""
 
     def __init__(self, inner: httpx.AsyncBaseTransport | None = None) -> None:
-        self._inner = inner or httpx.AsyncHTTPTransport(limits=POOL_LIMITS)
+        self._inner = inner or httpx.AsyncHTTPTransport()
         self.stats = RequestStats()
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:

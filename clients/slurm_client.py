@@ -98,14 +98,6 @@ def operation_template(method: str, path: str) -> str:
 JOB_STATE_CHUNK = 500
 MAX_QUERY_CHARS = 4000
 
-# httpx's pool (httpcore) walks its connections for every request it hands out and every answer
-# done, and asks each idle one's socket whether the server closed it (a getpeername and a poll):
-# CPU that grows with the connections kept. At most 8 kept alive (httpx keeps 20): the client's
-# CPU per request 1,293 -> 733 us with 20 requests at once, 873 -> 691 us one at a time
-# (bench/results/2026-11-28-slurm-pool-keepalive.md). Beyond 8 at once a connection is opened
-# for the request and closed after it.
-POOL_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=8)
-
 
 class JobList(NamedTuple):
     """`list_jobs`'s answer: the jobs, and the `update_time` to pass on the next call."""
@@ -174,7 +166,6 @@ class SlurmClient:
             base_url=f"{self.base_url}/slurm/{api_version}",
             timeout=timeout,
             transport=transport,
-            limits=POOL_LIMITS,  # for httpx's own transports: the default one, and a proxy's
             headers={"Accept": "application/json"},
         )
 

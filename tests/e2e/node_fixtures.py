@@ -27,7 +27,7 @@ from temporalio.service import RPCError
 from bridge import keys
 from bridge.node_actions import NodeSyncResult
 from clients.kube_client import KubeClient, load_configuration
-from clients.slurm_client import POOL_LIMITS, SlurmClient
+from clients.slurm_client import SlurmClient
 from testbed.kube_backend import KubeBackend, fake_of
 from testbed.kube_fake import FakeKubeServer
 from testbed.kube_real.cluster import NOT_READY_TAINT
@@ -46,7 +46,7 @@ class Unpluggable(httpx.AsyncBaseTransport):
     """The bridge's way to slurmrestd, with a cable a test can pull."""
 
     def __init__(self) -> None:
-        self.inner = httpx.AsyncHTTPTransport(limits=POOL_LIMITS)
+        self.inner = httpx.AsyncHTTPTransport()
         self.unplugged = False
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:

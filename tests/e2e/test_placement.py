@@ -22,7 +22,7 @@ from bridge import keys
 from bridge import search_attributes as sa
 from bridge.slurm_api import API_VERSIONS
 from bridge.tolerations import managed_node_toleration
-from clients.slurm_client import POOL_LIMITS, SlurmClient
+from clients.slurm_client import SlurmClient
 from testbed.history_cost import history_cost
 from testbed.waiting import until
 from tests.e2e.conftest import ON_REAL_KUBE, StackFactory
@@ -236,7 +236,7 @@ class FullQueue(httpx.AsyncBaseTransport):
     }
 
     def __init__(self, refusals: int) -> None:
-        self.inner = httpx.AsyncHTTPTransport(limits=POOL_LIMITS)
+        self.inner = httpx.AsyncHTTPTransport()
         self.refusals = refusals
         self.submissions = 0
 

@@ -32,9 +32,7 @@ class ScriptedServer:
     close_after_answer: bool = False
     requests: list[Request] = field(default_factory=list)
     connections: int = 0
-    closed_by_client: int = 0  # connections the client closed between requests
     _server: asyncio.Server | None = None
-    _closed: asyncio.Condition = field(default_factory=asyncio.Condition)
 
     async def start(self, tls: ssl.SSLContext | None = None) -> str:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=tls)
@@ -64,17 +62,7 @@ class ScriptedServer:
                 await writer.drain()
                 if self.close_after_answer:
                     return
-        except asyncio.IncompleteReadError as ended:
-            if not ended.partial:  # at a request's start: the client let the connection go
-                async with self._closed:
-                    self.closed_by_client += 1
-                    self._closed.notify_all()
-        except ConnectionError:
+        except (asyncio.IncompleteReadError, ConnectionError):
             pass
         finally:
             writer.close()
-
-    async def until_closed_by_client(self, count: int) -> None:
-        """Until the client has closed `count` connections between requests."""
-        async with self._closed:
-            await self._closed.wait_for(lambda: self.closed_by_client >= count)

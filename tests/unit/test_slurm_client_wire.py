@@ -11,7 +11,6 @@ from, a reused connection out of step must not fail a read the bridge can simply
 request that changes something is never sent twice (Slurm may have acted on it).
 """
 
-import asyncio
 import json
 import ssl
 from collections.abc import AsyncIterator
@@ -179,16 +178,3 @@ async def test_a_proxy_from_the_environment_is_used_unless_no_proxy_names_the_se
             await client.ping()
     await proxy.stop()
     assert len(proxy.requests) == 1
-
-
-async def test_at_most_eight_idle_connections_are_kept(tmp_path: Path) -> None:
-    """clients/slurm_client.py POOL_LIMITS: httpx's pool costs CPU per idle connection it keeps."""
-    served = ScriptedServer(lambda n: whole(PINGS))
-    async with client_of(await served.start(), tmp_path) as client:
-        await asyncio.gather(*(client.ping() for _ in range(12)))
-        assert served.connections == 12  # one each: none was free
-        await asyncio.wait_for(served.until_closed_by_client(4), timeout=10)
-        assert served.closed_by_client == 4  # 8 kept
-        await asyncio.gather(*(client.ping() for _ in range(8)))
-        assert served.connections == 12  # the kept ones serve the next requests
-    await served.stop()
