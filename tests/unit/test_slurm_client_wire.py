@@ -165,14 +165,19 @@ async def test_a_proxy_from_the_environment_is_used_unless_no_proxy_names_the_se
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """docs/configuration.md: HTTP_PROXY, HTTPS_PROXY and NO_PROXY apply."""
+    for name in ("no_proxy", "NO_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
     proxy = ScriptedServer(lambda n: whole(PINGS))
-    monkeypatch.setenv("HTTP_PROXY", await proxy.start())
+    address = await proxy.start()
+    for name in ("http_proxy", "HTTP_PROXY"):  # the lower-case one wins where both are set
+        monkeypatch.setenv(name, address)
     async with client_of("http://slurmrestd.invalid:6820", tmp_path) as client:
         assert [p.hostname for p in await client.ping()] == ["ctld"]
     assert [r.line for r in proxy.requests] == [
         "GET http://slurmrestd.invalid:6820/slurm/v0.0.44/ping/ HTTP/1.1"
     ]
-    monkeypatch.setenv("NO_PROXY", "slurmrestd.invalid")
+    for name in ("no_proxy", "NO_PROXY"):
+        monkeypatch.setenv(name, "slurmrestd.invalid")
     async with client_of("http://slurmrestd.invalid:6820", tmp_path) as client:
         with pytest.raises(SlurmUnavailable, match="ConnectError"):  # no such name, asked directly
             await client.ping()
