@@ -284,12 +284,11 @@ async def measure(
         query_chars = transport.query_chars
         running = sum(1 for state in (await slurm.job_states(job_ids)).values() if "RUNNING" in state)
         transport.stats.reset()
-        probing_cpu, probing_mine = cpu.sample(), cpu_seconds(os.getpid()) or 0.0
-        probing_at = time.monotonic()
+        probing = sample(cpu)
         started_to_told = await probes.run(jobs, signals)
-        while_starting = phase_costs(transport, cpu, idle, (probing_cpu, probing_mine, probing_at))
+        while_starting = phase_costs(transport, cpu, idle, probing)
         transport.stats.reset()
-        turning = cpu.sample(), cpu_seconds(os.getpid()) or 0.0, time.monotonic()
+        turning = sample(cpu)
         turned_over = await turnover(bed, job_ids, turnover_count, signals)
         while_turning_over = {**phase_costs(transport, cpu, idle, turning), **turned_over}
     finally:
@@ -322,14 +321,19 @@ async def measure(
 Sample = tuple[tuple[float | None, float | None], float, float]  # Slurm's CPU, the watcher's, when
 
 
+def sample(cpu: SlurmCpu) -> Sample:
+    """Slurm's CPU so far, this process's (the watcher's), and the time: a phase's start."""
+    return cpu.sample(), cpu_seconds(os.getpid()) or 0.0, time.monotonic()
+
+
 def phase_costs(
     transport: "_QueryCounting", cpu: SlurmCpu, idle: tuple[float | None, float | None], since: Sample
 ) -> dict[str, float | None]:
     """The watcher's requests by kind, the KiB answered, and Slurm's and the watcher's CPU, a
     second since `since` (the transport's counts reset then)."""
     (ctld, restd), mine, at = since
-    wall = time.monotonic() - at
-    (ctld_after, restd_after), mine_after = cpu.sample(), cpu_seconds(os.getpid()) or 0.0
+    (ctld_after, restd_after), mine_after, now = sample(cpu)
+    wall = now - at
     stats = transport.stats.snapshot()
     return {
         **{f"{op} /s": round(n / wall, 2) for op, n in sorted(stats.count.items())},

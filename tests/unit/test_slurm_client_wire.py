@@ -40,10 +40,10 @@ async def server() -> AsyncIterator[tuple[ScriptedServer, str]]:
     await served.stop()
 
 
-def client_of(url: str, tmp_path: Path) -> SlurmClient:
+def client_of(url: str, tmp_path: Path, timeout: float = 10.0) -> SlurmClient:
     token = tmp_path / "jwt"
     token.write_text("token")
-    return SlurmClient(url, user_name="slurm", token_file=token)
+    return SlurmClient(url, user_name="slurm", token_file=token, timeout=timeout)
 
 
 async def test_a_read_on_a_connection_out_of_step_is_asked_again(
@@ -122,9 +122,7 @@ async def test_a_body_cut_short_is_asked_again_if_a_read_never_if_a_write(tmp_pa
 
 async def test_no_answer_in_time_is_unavailable(tmp_path: Path) -> None:
     served = ScriptedServer(lambda n: None)
-    token = tmp_path / "jwt"
-    token.write_text("token")
-    async with SlurmClient(await served.start(), user_name="slurm", token_file=token, timeout=0.2) as client:
+    async with client_of(await served.start(), tmp_path, timeout=0.2) as client:
         with pytest.raises(SlurmUnavailable, match="ReadTimeout"):
             await client.cancel_job(7)
     await served.stop()
